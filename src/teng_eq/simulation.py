@@ -1,0 +1,143 @@
+"""A whole TENG run: θ₀, reference, time stepping, metrics.
+
+This is the library's entry point for the pipeline: it takes a validated
+:class:`~teng_eq.config.RunConfig` and reports each time step to a callback, so
+that progress bars and experiment tracking stay outside the numerics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from teng_eq.config import RunConfig
+from teng_eq.equations import INITIAL_CONDITIONS, make_equation
+from teng_eq.grid import cell_volume, grid_points
+from teng_eq.initial_fit import cached_initial_parameters
+from teng_eq.integrators import INTEGRATORS, TENGStep
+from teng_eq.metrics import global_relative_l2, squared_norms
+from teng_eq.model import ParamSpace, TENGNet
+from teng_eq.reference import reference_solution
+from teng_eq.stepper import Stepper
+
+
+@dataclasses.dataclass
+class StepRecord:
+    """What one time step reports: ``step`` n is at ``t = n·dt``.
+
+    ``losses`` has one row per (stage, iteration): the loss before that
+    iteration, with the stage's final loss as iteration ``iters``; ``lsq`` is the
+    least-squares residual of the iteration (NaN on the final row).
+    """
+
+    step: int
+    t: float
+    rel_l2: float
+    step_loss: float
+    wall_time_s: float
+    losses: np.ndarray  # (rows, 4): stage, iteration, loss, lsq
+
+
+@dataclasses.dataclass
+class RunResult:
+    times: np.ndarray
+    rel_l2: np.ndarray  # (n_steps + 1,), index 0 is θ₀'s fit error
+    step_loss: np.ndarray  # (n_steps,)
+    wall_time_s: np.ndarray  # (n_steps,)
+    global_rel_l2: float
+    runtime_s: float
+    compile_s: float
+    fit_info: dict
+    reference_s: float
+    theta: np.ndarray
+    network: TENGNet
+    losses: list[np.ndarray]  # one (rows, 4) table per step
+
+
+def _stage_rows(logs) -> np.ndarray:
+    rows = []
+    for s, log in enumerate(logs):
+        loss, lsq = np.asarray(log.loss), np.asarray(log.lsq)
+        for i in range(loss.size):
+            rows.append((s, i, loss[i], lsq[i] if i < lsq.size else np.nan))
+    return np.asarray(rows, np.float64)
+
+
+def run_simulation(
+    cfg: RunConfig,
+    *,
+    on_step: Callable[[StepRecord], None] | None = None,
+    log: Callable[[str], None] | None = None,
+    cache_dir=None,
+) -> RunResult:
+    """Run TENG from θ₀ to ``t_final`` and measure the error at every step."""
+    cfg.validate()
+    equation = make_equation(cfg.equation, cfg.nu, cfg.lengths)
+    u0 = INITIAL_CONDITIONS[cfg.initial_condition]
+    key_net, key_fit, key_run = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
+    net = TENGNet(
+        dim=equation.dim, features=cfg.network.features, width=cfg.network.width,
+        depth=cfg.network.depth, lengths=equation.lengths, key=key_net,
+    )
+    space = ParamSpace(net)
+    points, weight = grid_points(cfg.grid, equation.lengths), cell_volume(cfg.grid, equation.lengths)
+
+    description = dict(
+        initial_condition=cfg.initial_condition, lengths=list(equation.lengths),
+        network=dataclasses.asdict(cfg.network), grid=cfg.grid, seed=cfg.seed,
+        fit=dataclasses.asdict(cfg.fit),
+    )
+    theta, fit_info = cached_initial_parameters(
+        net, u0, points, weight, key=key_fit, fit=cfg.fit, description=description,
+        directory=cache_dir, log=log,
+    )
+
+    times = np.arange(cfg.n_steps + 1) * cfg.dt
+    t0 = time.perf_counter()
+    reference = reference_solution(equation, times, cache_dir=cache_dir)
+    reference_s = time.perf_counter() - t0
+
+    step = TENGStep(
+        integrator=INTEGRATORS[cfg.integrator],
+        stepper=Stepper(space, points, weight, cfg.solver, cfg.damping),
+        equation=equation, dt=cfg.dt, iters=cfg.iters, iters_later=cfg.iters_later,
+        subsample_first=cfg.subsample_first, subsample=cfg.subsample,
+    )
+    eval_points = grid_points(cfg.eval_grid, equation.lengths)
+    evaluate = jax.jit(lambda th: space.apply(th, eval_points))
+
+    t0 = time.perf_counter()
+    step_fn = jax.jit(step.__call__).lower(theta, key_run).compile()
+    compile_s = time.perf_counter() - t0
+
+    M = cfg.eval_grid
+    err_sq, ref_sq = np.zeros(cfg.n_steps + 1), np.zeros(cfg.n_steps + 1)
+    err_sq[0], ref_sq[0] = squared_norms(evaluate(theta), reference.at(0, M))
+    step_loss, wall = np.zeros(cfg.n_steps), np.zeros(cfg.n_steps)
+    tables = []
+    start = time.perf_counter()
+    for n in range(1, cfg.n_steps + 1):
+        theta, logs = step_fn(theta, jax.random.fold_in(key_run, n))
+        err_sq[n], ref_sq[n] = squared_norms(evaluate(theta), reference.at(n, M))
+        table = _stage_rows(logs)
+        tables.append(table)
+        step_loss[n - 1] = table[-1, 2]
+        wall[n - 1] = time.perf_counter() - start
+        if on_step is not None:
+            on_step(StepRecord(
+                step=n, t=float(times[n]), rel_l2=float(np.sqrt(err_sq[n] / ref_sq[n])),
+                step_loss=float(step_loss[n - 1]), wall_time_s=float(wall[n - 1]), losses=table,
+            ))
+    runtime_s = time.perf_counter() - start
+
+    return RunResult(
+        times=times, rel_l2=np.sqrt(err_sq / ref_sq), step_loss=step_loss, wall_time_s=wall,
+        global_rel_l2=global_relative_l2(err_sq, ref_sq, times), runtime_s=runtime_s,
+        compile_s=compile_s, fit_info=fit_info, reference_s=reference_s,
+        theta=np.asarray(theta), network=space.network(jnp.asarray(theta)), losses=tables,
+    )

@@ -1,0 +1,109 @@
+"""One TENG stage (Subroutine ``TENG_stepper``): repeated projected least squares.
+
+Given θ and a target ``u_target`` on the quadrature grid, each iteration:
+
+1. residual ``r = û_θ − u_target`` and loss ``L = ‖r‖²_{L²} ≈ w Σₙ r(xₙ)²``;
+2. ``Δu = −α ∂L/∂û = −r`` (α = 1/2: the full Gauss–Newton step);
+3. ``J = ∂û_θ(xₙ)/∂θ_S`` for a random subset S of the parameters;
+4. ``Δθ_S = argmin ‖J Δθ_S − Δu‖₂`` (:func:`teng_eq.lstsq.least_squares`);
+5. ``θ_S ← θ_S + Δθ_S``.
+
+A whole stage is one traced function (``lax.fori_loop`` over iterations), so it
+runs without any host round trip.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from teng_eq.lstsq import DAMPING, least_squares
+from teng_eq.model import ParamSpace
+
+
+class StageLog(eqx.Module):
+    """Per-iteration record of one stage.
+
+    ``loss[i]`` is the loss before iteration i and ``loss[-1]`` the loss after the
+    last one; ``lsq[i]`` is iteration i's least-squares residual ``w‖J Δθ − Δu‖²``.
+    """
+
+    loss: Float[Array, " iters+1"]
+    lsq: Float[Array, " iters"]
+
+
+class Stepper(eqx.Module):
+    """TENG iterations for the network ``space`` on the quadrature ``points``."""
+
+    space: ParamSpace
+    points: Float[Array, "n dim"]
+    weight: float = eqx.field(static=True)
+    solver: str = eqx.field(static=True)
+    damping: float = eqx.field(static=True)
+    gcol: Int[Array, " params"]
+    hcol: Int[Array, " params"]
+
+    def __init__(
+        self, space: ParamSpace, points, weight: float, solver: str = "qr", damping: float = DAMPING
+    ):
+        self.space = space
+        self.points = jnp.asarray(points)
+        self.weight = float(weight)
+        self.solver = solver
+        self.damping = float(damping)
+        gcol, hcol = space.static_network().factor_columns()
+        self.gcol, self.hcol = jnp.asarray(gcol), jnp.asarray(hcol)
+
+    def values(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
+        return self.space.apply(theta, self.points)
+
+    def loss(self, theta, target) -> Float[Array, ""]:
+        r = self.values(theta) - target
+        return self.weight * jnp.sum(r * r)
+
+    def jacobian(
+        self, theta: Float[Array, " params"], subset: Int[Array, " k"]
+    ) -> tuple[Float[Array, " n"], Float[Array, "n k"]]:
+        """``(û_θ, ∂û_θ/∂θ_S)`` on the grid, through the network's factored Jacobian."""
+        u, G, H = self.space.network(theta).jacobian_factors(self.points)
+        return u, G[:, self.gcol[subset]] * H[:, self.hcol[subset]]
+
+    def iteration(self, theta, target, key: PRNGKeyArray, n_sub: int):
+        subset = jax.random.choice(key, self.space.size, (n_sub,), replace=False)
+        u, J = self.jacobian(theta, subset)
+        du = target - u
+        step = least_squares(J, du, self.solver, self.damping)
+        # A failed solve must not poison θ: skip the update instead.
+        step = jnp.where(jnp.all(jnp.isfinite(step)), step, 0.0)
+        res = J @ step - du
+        theta = theta.at[subset].add(step)
+        return theta, self.weight * jnp.sum(du * du), self.weight * jnp.sum(res * res)
+
+    def stage(
+        self,
+        theta: Float[Array, " params"],
+        target: Float[Array, " n"],
+        key: PRNGKeyArray,
+        iters: int,
+        n_first: int,
+        n_rest: int,
+    ) -> tuple[Float[Array, " params"], StageLog]:
+        """``iters`` TENG iterations towards ``target``; the first draws ``n_first``
+        parameters, the others ``n_rest``."""
+        keys = jax.random.split(key, iters)
+        loss = jnp.zeros(iters + 1)
+        lsq = jnp.zeros(iters)
+        theta, l0, q0 = self.iteration(theta, target, keys[0], n_first)
+        loss, lsq = loss.at[0].set(l0), lsq.at[0].set(q0)
+
+        def body(i, carry):
+            theta, loss, lsq = carry
+            theta, li, qi = self.iteration(theta, target, keys[i], n_rest)
+            return theta, loss.at[i].set(li), lsq.at[i].set(qi)
+
+        theta, loss, lsq = jax.lax.fori_loop(1, iters, body, (theta, loss, lsq))
+        loss = loss.at[iters].set(self.loss(theta, target))
+        return theta, StageLog(loss=loss, lsq=lsq)

@@ -1,0 +1,33 @@
+import numpy as np
+import pytest
+
+from teng_eq.lstsq import SOLVERS, least_squares
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_well_conditioned_matches_numpy(solver):
+    rng = np.random.default_rng(0)
+    A, b = rng.normal(size=(300, 40)), rng.normal(size=300)
+    x_ref = np.linalg.lstsq(A, b, rcond=None)[0]
+    x = np.asarray(least_squares(A, b, solver, damping=1e-10))
+    np.testing.assert_allclose(x, x_ref, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_rank_deficient_stays_finite_and_optimal(solver):
+    # Columns 30…39 repeat columns 0…9: exactly rank 30. An unpivoted,
+    # undamped QR divides by zero here.
+    rng = np.random.default_rng(1)
+    B = rng.normal(size=(200, 30))
+    A = np.concatenate([B, B[:, :10]], axis=1)
+    b = rng.normal(size=200)
+    x = np.asarray(least_squares(A, b, solver, damping=1e-8))
+    assert np.all(np.isfinite(x))
+    best = np.linalg.norm(A @ np.linalg.lstsq(A, b, rcond=None)[0] - b)
+    assert np.linalg.norm(A @ x - b) <= best * (1 + 1e-8)
+    assert np.linalg.norm(x) < 10 * np.linalg.norm(np.linalg.pinv(A) @ b)
+
+
+def test_unknown_solver():
+    with pytest.raises(ValueError, match="unknown solver 'lu'"):
+        least_squares(np.eye(3), np.ones(3), "lu")

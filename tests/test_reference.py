@@ -1,0 +1,263 @@
+"""Reference solutions: interpolation, exact heat, ETDRK4 self-convergence, cache, script."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from teng_eq.equations import make_equation, paper_initial_condition
+from teng_eq.grid import grid_axes
+from teng_eq import reference as ref
+from teng_eq.reference import (
+    SpectralSolution,
+    etdrk4_coefficients,
+    heat_exact,
+    reference_solution,
+    save_npz,
+    spectral_solve,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TWO_PI = 2.0 * math.pi
+PAPER_NU = {"heat": 0.1, "allen_cahn": 0.005, "burgers": 0.01}
+
+
+def rel_l2(a, b) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def mesh(m, lengths=(TWO_PI, TWO_PI)):
+    return np.meshgrid(*grid_axes(m, lengths), indexing="ij")
+
+
+# --- interpolation ---------------------------------------------------------------------
+
+
+def band_limited(x, y):
+    # cos(8x), cos(8y)cos(x) sit on the Nyquist modes of the 16-point grid.
+    return np.cos(3 * x) * np.sin(2 * y) + 0.3 * np.cos(8 * x) + 0.2 * np.cos(8 * y) * np.cos(x) + 0.1
+
+
+def band_limited_solution(n=16) -> SpectralSolution:
+    x, y = mesh(n)
+    return SpectralSolution(np.array([0.0]), np.fft.rfft2(band_limited(x, y))[None], (TWO_PI, TWO_PI))
+
+
+def test_on_grid_same_size_is_irfft2():
+    sol = band_limited_solution()
+    np.testing.assert_array_equal(sol.on_grid(16)[0], np.fft.irfft2(sol.coef[0], s=(16, 16)))
+
+
+@pytest.mark.parametrize("m", [32, 37, 64])
+def test_on_grid_interpolates_band_limited_exactly(m):
+    x, y = mesh(m)
+    assert np.abs(band_limited_solution().at(0, m) - band_limited(x, y)).max() < 1e-14
+
+
+@pytest.mark.parametrize("m", [8, 12])
+def test_on_grid_coarser_samples_exactly(m):
+    """m < N aliases (folds) the spectrum, which samples the interpolant exactly."""
+    x, y = mesh(m)
+    assert np.abs(band_limited_solution().at(0, m) - band_limited(x, y)).max() < 1e-14
+
+
+def test_on_grid_non_square_domain():
+    lengths = (2.0, 3.0)
+    x, y = mesh(12, lengths)
+    f = lambda x, y: np.sin(2 * math.pi * 2 * x / 2.0) * np.cos(2 * math.pi * 3 * y / 3.0)
+    sol = SpectralSolution(np.array([0.0]), np.fft.rfft2(f(x, y))[None], lengths)
+    xm, ym = mesh(40, lengths)
+    assert np.abs(sol.at(0, 40) - f(xm, ym)).max() < 1e-14
+
+
+# --- ETDRK4 weights, step sizes ---------------------------------------------------------
+
+
+def test_etdrk4_coefficients_limits_and_closed_forms():
+    z = np.array([-1e-9, -0.3, -1.0, -2.0, -50.0, -1e3])
+    _, e, q, f1, f2, f3 = etdrk4_coefficients(z)
+    np.testing.assert_allclose(e, np.exp(z), rtol=1e-15)
+    # z → 0: Q → 1/2, f₁, f₂, f₃ → 1/6 (to O(z)).
+    np.testing.assert_allclose([q[0], f1[0], f2[0], f3[0]], [0.5, 1 / 6, 1 / 6, 1 / 6], rtol=1e-8)
+    # |z| large: the closed forms have no cancellation.
+    zz = z[-2:]
+    ez = np.exp(zz)
+    np.testing.assert_allclose(q[-2:], (np.exp(zz / 2) - 1) / zz, rtol=1e-13)
+    np.testing.assert_allclose(f1[-2:], (-4 - zz + ez * (4 - 3 * zz + zz**2)) / zz**3, rtol=1e-13)
+    np.testing.assert_allclose(f2[-2:], (2 + zz + ez * (zz - 2)) / zz**3, rtol=1e-13)
+    np.testing.assert_allclose(f3[-2:], (-4 - 3 * zz - zz**2 + ez * (4 - zz)) / zz**3, rtol=1e-13)
+    # Taylor series (from f₁ = φ₁ − 3φ₂ + 4φ₃, f₂ = φ₂ − 2φ₃, f₃ = −φ₂ + 4φ₃,
+    # φ_j = Σ zᵏ/(k+j)!) at z = −10⁻⁹, −0.3, −1, −2, where the closed forms cancel.
+    for i in (0, 1, 2, 3):
+        zs = z[i]
+        t1 = sum((k + 1) ** 2 * zs**k / math.factorial(k + 3) for k in range(40))
+        t2 = sum((k + 1) * zs**k / math.factorial(k + 3) for k in range(40))
+        t3 = sum((1 - k) * zs**k / math.factorial(k + 3) for k in range(40))
+        tq = sum(zs**k / (2 ** (k + 1) * math.factorial(k + 1)) for k in range(40))
+        np.testing.assert_allclose([f1[i], f2[i], f3[i], q[i]], [t1, t2, t3, tq], rtol=1e-13)
+
+
+def test_step_sizes_hit_every_time():
+    plan = ref._step_sizes(np.array([0.0, 0.5, 1.0, 1.25, 1.25]), 0.2)
+    assert [s for _, s in plan] == [0, 3, 3, 2, 0]
+    np.testing.assert_allclose([h * s for h, s in plan], [0, 0.5, 0.5, 0.25, 0], rtol=1e-15)
+    assert all(h <= 0.2 for h, _ in plan)
+
+
+# --- heat ------------------------------------------------------------------------------
+
+
+def test_heat_exact_initial_condition():
+    """64 modes resolve the paper's u₀ to round-off, on any grid."""
+    eq = make_equation("heat", PAPER_NU["heat"])
+    sol = heat_exact(eq, [0.0])
+    x, y = mesh(96)
+    u0 = paper_initial_condition(np.stack([x, y]))
+    assert np.abs(sol.at(0, 96) - u0).max() < 1e-15 * 10 * np.abs(u0).max()
+
+
+def test_heat_exact_single_mode():
+    """û(t) = e^{−ν|k|²t} û(0): check on the coefficient of the largest mode directly."""
+    eq = make_equation("heat", PAPER_NU["heat"])
+    sol = heat_exact(eq, [0.0, 1.0, 4.0])
+    i, j = np.unravel_index(np.argmax(np.abs(sol.coef[0])), sol.coef[0].shape)
+    m1 = np.fft.fftfreq(sol.n, 1.0 / sol.n)[i]
+    decay = np.exp(-PAPER_NU["heat"] * (m1**2 + j**2) * np.array([0.0, 1.0, 4.0]))
+    np.testing.assert_allclose(sol.coef[:, i, j], decay * sol.coef[0, i, j], rtol=1e-14)
+
+
+def test_heat_spectral_solve_matches_exact():
+    eq = make_equation("heat", PAPER_NU["heat"])
+    times = [1.0, 4.0]
+    exact = heat_exact(eq, times)
+    num = spectral_solve(eq, times, n=64, dt=0.01)
+    for k in range(len(times)):
+        assert rel_l2(num.at(k, 128), exact.at(k, 128)) < 1e-10
+
+
+# --- Allen–Cahn, Burgers: self-convergence ----------------------------------------------
+
+
+def self_convergence(name, t, n, dt):
+    """(modes: n vs 2n, steps: dt vs dt/2) relative L² differences at time t, on the 2n grid."""
+    eq = make_equation(name, PAPER_NU[name])
+    base = spectral_solve(eq, [t], n=n, dt=dt).at(0, 2 * n)
+    fine_n = spectral_solve(eq, [t], n=2 * n, dt=dt).at(0, 2 * n)
+    fine_dt = spectral_solve(eq, [t], n=n, dt=dt / 2).at(0, 2 * n)
+    return rel_l2(base, fine_n), rel_l2(base, fine_dt)
+
+
+@pytest.mark.parametrize("name", ["allen_cahn", "burgers"])
+def test_self_convergence_t1_defaults(name):
+    d_modes, d_steps = self_convergence(name, 1.0, *ref.default_resolution(name, 1.0))
+    assert d_modes < 1e-10 and d_steps < 1e-10, (d_modes, d_steps)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["allen_cahn", "burgers"])
+def test_self_convergence_t4_defaults(name):
+    d_modes, d_steps = self_convergence(name, 4.0, *ref.default_resolution(name, 4.0))
+    assert d_modes < 1e-10 and d_steps < 1e-10, (d_modes, d_steps)
+
+
+def test_default_resolution_by_horizon():
+    assert ref.default_resolution("burgers", 0.5) == ref.default_resolution("burgers", 1.0)
+    assert ref.default_resolution("burgers", 4.0)[0] > ref.default_resolution("burgers", 1.0)[0]
+    assert ref.default_resolution("burgers", 10.0) == ref.default_resolution("burgers", 4.0)
+    assert ref.default_resolution("heat", 4.0) == (64, None)
+
+
+def test_spectral_solve_outputs_requested_times():
+    eq = make_equation("burgers", PAPER_NU["burgers"])
+    sol = spectral_solve(eq, [0.0, 0.01, 0.025], n=32, dt=0.004)
+    np.testing.assert_array_equal(sol.times, [0.0, 0.01, 0.025])
+    x, y = mesh(32)
+    np.testing.assert_allclose(sol.at(0, 32), paper_initial_condition(np.stack([x, y])), atol=1e-15)
+    # Stopping at 0.01 changes the steps (3 of 1/300 + 4 of 0.00375, not 7 of 0.025/7),
+    # not the answer beyond the O(h⁴) step error.
+    direct = spectral_solve(eq, [0.025], n=32, dt=0.004)
+    assert rel_l2(sol.at(2, 32), direct.at(0, 32)) < 1e-12
+
+
+# --- cache, output ---------------------------------------------------------------------
+
+
+def test_reference_solution_cache(tmp_path, monkeypatch):
+    eq = make_equation("allen_cahn", PAPER_NU["allen_cahn"])
+    times = np.array([0.0, 0.05, 0.1])
+    first = reference_solution(eq, times, cache_dir=tmp_path, n=32, dt=0.01)
+    files = list(tmp_path.glob("reference-*.npz"))
+    assert len(files) == 1 and not list(tmp_path.glob(".reference-*"))
+
+    def fail(*args, **kwargs):
+        raise AssertionError("recomputed despite the cache")
+
+    monkeypatch.setattr(ref, "spectral_solve", fail)
+    second = reference_solution(eq, times, cache_dir=tmp_path, n=32, dt=0.01)
+    np.testing.assert_array_equal(second.coef, first.coef)
+    np.testing.assert_array_equal(second.times, first.times)
+    assert second.lengths == first.lengths
+    # Another key (here: the times) is another file.
+    monkeypatch.undo()
+    reference_solution(eq, times[:2], cache_dir=tmp_path, n=32, dt=0.01)
+    assert len(list(tmp_path.glob("reference-*.npz"))) == 2
+
+
+def test_reference_solution_no_cache_and_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENG_EQ_CACHE", str(tmp_path / "env"))
+    eq = make_equation("heat", PAPER_NU["heat"])
+    reference_solution(eq, [0.5], cache_dir=False)
+    assert not (tmp_path / "env").exists()
+    sol = reference_solution(eq, [0.5])
+    assert len(list((tmp_path / "env").glob("reference-*.npz"))) == 1
+    np.testing.assert_array_equal(sol.coef, heat_exact(eq, [0.5]).coef)
+
+
+def test_save_npz(tmp_path):
+    eq = make_equation("heat", PAPER_NU["heat"])
+    sol = heat_exact(eq, [0.0, 1.0])
+    path = save_npz(tmp_path / "ref.data", sol, 48)
+    assert path == tmp_path / "ref.data"
+    with np.load(path) as data:
+        np.testing.assert_array_equal(data["t"], [0.0, 1.0])
+        assert data["u"].shape == (2, 48, 48) and data["u"].dtype == np.float64
+        x, y = mesh(48)
+        np.testing.assert_allclose(data["u"][0], paper_initial_condition(np.stack([x, y])), atol=1e-15)
+
+
+# --- pipeline/reference.py -------------------------------------------------------------
+
+
+def run_script(cwd, *overrides):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "pipeline" / "reference.py"), *overrides],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_script_writes_npz(tmp_path):
+    proc = run_script(
+        tmp_path, "equation=allen_cahn", "t_final=0.1", "save_times=[0.05,0.1]", "grid=64",
+        "out=ref.npz", "n=32", f"cache_dir={tmp_path / 'cache'}",
+    )
+    assert proc.returncode == 0, proc.stderr
+    with np.load(tmp_path / "ref.npz") as data:
+        np.testing.assert_array_equal(data["t"], [0.05, 0.1])
+        assert data["u"].shape == (2, 64, 64)
+        expected = spectral_solve(make_equation("allen_cahn", 0.005), [0.05, 0.1], n=32)
+        np.testing.assert_allclose(data["u"], expected.on_grid(64), rtol=0, atol=1e-15)
+    # No Hydra output folders or logs beside the result.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "ref.npz"]
+
+
+def test_script_rejects_save_times_outside_horizon(tmp_path):
+    proc = run_script(tmp_path, "t_final=0.1", "save_times=[0.05,0.2]", "cache_dir=false")
+    assert proc.returncode != 0
+    assert "save_times" in proc.stderr and "0.2" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
