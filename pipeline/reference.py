@@ -8,6 +8,7 @@ Burgers come from the pseudo-spectral ETDRK4 solver (see :mod:`teng_eq.reference
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -25,9 +26,12 @@ def _fail(message: str):
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="reference")
 def main(cfg: DictConfig) -> None:
-    t_final = float(cfg.t_final)
+    try:
+        t_final = float(cfg.t_final)
+    except (TypeError, ValueError):
+        t_final = math.nan
     if not t_final > 0:
-        _fail(f"t_final={cfg.t_final} must be > 0")
+        _fail(f"t_final={cfg.t_final} must be a number > 0")
     raw = cfg.save_times
     save_times = [t_final] if raw is None else list(raw) if OmegaConf.is_list(raw) else [raw]
     try:
@@ -38,14 +42,15 @@ def main(cfg: DictConfig) -> None:
         _fail(f"save_times={save_times} must be numbers in (0, t_final={t_final}]")
     if not (isinstance(cfg.grid, int) and cfg.grid > 0):
         _fail(f"grid={cfg.grid} must be a positive integer")
-    if cfg.equation.initial_condition != "paper2d":
-        _fail(f"equation.initial_condition={cfg.equation.initial_condition} has no reference "
-              f"solver; known: paper2d (of {sorted(INITIAL_CONDITIONS)})")
+    if cfg.equation.initial_condition not in INITIAL_CONDITIONS:
+        _fail(f"equation.initial_condition={cfg.equation.initial_condition} is not one of "
+              f"{sorted(INITIAL_CONDITIONS)}")
 
     equation = make_equation(cfg.equation.name, cfg.equation.nu, cfg.equation.lengths)
-    times = sorted({float(t) for t in save_times})
+    times = sorted({float(t) for t in save_times})  # the file's t is sorted, without repeats
     start = time.perf_counter()
-    solution = reference_solution(equation, times, cache_dir=cfg.cache_dir, n=cfg.n, dt=cfg.dt)
+    solution = reference_solution(equation, times, cache_dir=cfg.cache_dir, n=cfg.n, dt=cfg.dt,
+                                  initial_condition=cfg.equation.initial_condition)
     out = save_npz(Path(hydra.utils.get_original_cwd()) / cfg.out, solution, cfg.grid)
     print(f"wrote {out}: {equation.name}, t={times}, {cfg.grid}x{cfg.grid} grid, "
           f"{time.perf_counter() - start:.1f} s")

@@ -1,5 +1,6 @@
 """Bad configs stop before any compute, with one line naming the key, and leave
-no run behind in MLflow."""
+no run behind in MLflow. Every key's check is in test_config.py; these run the
+script for real on a few of them."""
 
 import os
 import subprocess
@@ -33,11 +34,8 @@ def _runs(uri):
     [
         ("equation=wave", "equation='wave'"),
         ("method=teng_rk45", "method='teng_rk45'"),
-        ("dt=0", "dt=0"),
         ("dt=-0.005", "dt=-0.005"),
         ("subsample=10000", "subsample=10000"),
-        ("grid=4", "grid=4"),
-        ("t_final=0.001", "t_final=0.001"),
     ],
 )
 def test_bad_config_one_line_no_run(tmp_path, override, needle):

@@ -40,12 +40,14 @@ def mesh(m, lengths=(TWO_PI, TWO_PI)):
 
 def band_limited(x, y):
     # cos(8x), cos(8y)cos(x) sit on the Nyquist modes of the 16-point grid.
-    return np.cos(3 * x) * np.sin(2 * y) + 0.3 * np.cos(8 * x) + 0.2 * np.cos(8 * y) * np.cos(x) + 0.1
+    return (np.cos(3 * x) * np.sin(2 * y) + 0.3 * np.cos(8 * x)
+            + 0.2 * np.cos(8 * y) * np.cos(x) + 0.1)
 
 
 def band_limited_solution(n=16) -> SpectralSolution:
     x, y = mesh(n)
-    return SpectralSolution(np.array([0.0]), np.fft.rfft2(band_limited(x, y))[None], (TWO_PI, TWO_PI))
+    coef = np.fft.rfft2(band_limited(x, y))[None]
+    return SpectralSolution(np.array([0.0]), coef, (TWO_PI, TWO_PI))
 
 
 def test_on_grid_same_size_is_irfft2():
@@ -131,6 +133,26 @@ def test_heat_exact_single_mode():
     np.testing.assert_allclose(sol.coef[:, i, j], decay * sol.coef[0, i, j], rtol=1e-14)
 
 
+def two_modes(x):
+    return np.sin(x[0]) * np.sin(x[1]) + 0.5 * np.cos(2 * x[0] + x[1])
+
+
+def test_other_initial_condition_heat_analytic(monkeypatch):
+    """u = e^{−2νt} sin x sin y + ½ e^{−5νt} cos(2x + y), from a registered u₀."""
+    monkeypatch.setitem(ref.INITIAL_CONDITIONS, "two_modes", two_modes)
+    nu, t = PAPER_NU["heat"], 1.5
+    eq = make_equation("heat", nu)
+    x, y = mesh(24)
+    exact = (np.exp(-2 * nu * t) * np.sin(x) * np.sin(y)
+             + 0.5 * np.exp(-5 * nu * t) * np.cos(2 * x + y))
+    sol = heat_exact(eq, [t], n_modes=16, initial_condition="two_modes")
+    assert np.abs(sol.at(0, 24) - exact).max() < 1e-15
+    num = spectral_solve(eq, [t], n=16, dt=0.1, initial_condition="two_modes")
+    assert np.abs(num.at(0, 24) - exact).max() < 1e-14
+    with pytest.raises(ValueError, match="unknown initial condition"):
+        heat_exact(eq, [t], initial_condition="nope")
+
+
 def test_heat_spectral_solve_matches_exact():
     eq = make_equation("heat", PAPER_NU["heat"])
     times = [1.0, 4.0]
@@ -202,10 +224,15 @@ def test_reference_solution_cache(tmp_path, monkeypatch):
     np.testing.assert_array_equal(second.coef, first.coef)
     np.testing.assert_array_equal(second.times, first.times)
     assert second.lengths == first.lengths
-    # Another key (here: the times) is another file.
+    # Another key (here: the times, the initial condition) is another file.
     monkeypatch.undo()
     reference_solution(eq, times[:2], cache_dir=tmp_path, n=32, dt=0.01)
-    assert len(list(tmp_path.glob("reference-*.npz"))) == 2
+    monkeypatch.setitem(ref.INITIAL_CONDITIONS, "two_modes", two_modes)
+    other = reference_solution(
+        eq, times, cache_dir=tmp_path, n=32, dt=0.01, initial_condition="two_modes"
+    )
+    assert len(list(tmp_path.glob("reference-*.npz"))) == 3
+    assert not np.allclose(other.coef[0], first.coef[0])
 
 
 def test_reference_solution_no_cache_and_env(tmp_path, monkeypatch):
@@ -227,7 +254,8 @@ def test_save_npz(tmp_path):
         np.testing.assert_array_equal(data["t"], [0.0, 1.0])
         assert data["u"].shape == (2, 48, 48) and data["u"].dtype == np.float64
         x, y = mesh(48)
-        np.testing.assert_allclose(data["u"][0], paper_initial_condition(np.stack([x, y])), atol=1e-15)
+        u0 = paper_initial_condition(np.stack([x, y]))
+        np.testing.assert_allclose(data["u"][0], u0, atol=1e-15)
 
 
 # --- pipeline/reference.py -------------------------------------------------------------

@@ -15,13 +15,9 @@ sweep starts from the same θ₀ and none refits it.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -29,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from teng_eq.cache import cache_dir, digest, write_atomic
 from teng_eq.model import ParamSpace, TENGNet
 from teng_eq.stepper import Stepper
 
@@ -171,34 +168,12 @@ def _factored(space: ParamSpace, points):
 
 
 #: Bump when the fitting procedure changes, so stale θ₀ files are not reused.
-FIT_VERSION = 2
-
-
-def cache_dir(path=None) -> Path:
-    """``path``, else ``$TENG_EQ_CACHE``, else ``~/.cache/teng-eq``."""
-    if path is not None:
-        return Path(path)
-    return Path(os.environ.get("TENG_EQ_CACHE", Path.home() / ".cache" / "teng-eq"))
-
-
-def write_atomic(path: Path, write: Callable) -> None:
-    """Write through a temporary file in the same folder, then rename: readers and
-    concurrent writers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+FIT_VERSION = 3
 
 
 def fit_key(description: dict) -> str:
-    """sha256 of a canonical JSON description of what determines θ₀."""
-    text = json.dumps({**description, "version": FIT_VERSION}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """Cache name of the θ₀ that ``description`` determines."""
+    return digest({**description, "version": FIT_VERSION})[:16]
 
 
 def initial_parameters(
@@ -229,7 +204,7 @@ def initial_parameters(
         max_iters=fit.stage1_max_iters, log=log, label="θ₀ stage 1 (value+gradient)",
     )
     t1 = time.perf_counter()
-    stepper = Stepper(space, points, weight, solver="qr", damping=1e-8)
+    stepper = Stepper(space, points, weight, solver="cholesky", damping=1e-7)
     theta, loss2 = refine(
         stepper, theta, target2, key=k2, subsample=min(fit.stage2_subsample, space.size),
         tol=fit.stage2_tol, max_iters=fit.stage2_max_iters, patience=fit.patience, log=log,

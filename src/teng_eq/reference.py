@@ -25,18 +25,17 @@ the grid), and evaluated on any other grid by exact trigonometric interpolation.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.fft as sfft
 
-from teng_eq.equations import Equation, paper_initial_condition
+from teng_eq.cache import cache_dir as cache_dir_of
+from teng_eq.cache import digest, write_atomic
+from teng_eq.equations import INITIAL_CONDITIONS, Equation
 from teng_eq.grid import grid_axes
 
 #: Bumped whenever the numerics change, so stale cache files are never read.
@@ -143,12 +142,18 @@ def _wavenumbers(n: int, lengths) -> tuple[np.ndarray, np.ndarray]:
     return k1, k2
 
 
-def _initial_spectrum(equation: Equation, n: int) -> np.ndarray:
-    """rfft2 of the paper's u₀ sampled on the n×n grid."""
+def _initial_spectrum(equation: Equation, n: int, initial_condition: str) -> np.ndarray:
+    """rfft2 of u₀ = ``INITIAL_CONDITIONS[initial_condition]`` sampled on the n×n grid."""
     if equation.dim != 2:
         raise ValueError(f"reference solutions are 2-D only, got lengths={equation.lengths}")
+    try:
+        u0_fn = INITIAL_CONDITIONS[initial_condition]
+    except KeyError:
+        raise ValueError(
+            f"unknown initial condition {initial_condition!r}; known: {sorted(INITIAL_CONDITIONS)}"
+        ) from None
     x1, x2 = np.meshgrid(*grid_axes(n, equation.lengths), indexing="ij")
-    u0 = np.asarray(paper_initial_condition(np.stack([x1, x2])), dtype=np.float64)
+    u0 = np.asarray(u0_fn(np.stack([x1, x2])), dtype=np.float64)
     return sfft.rfft2(u0, workers=_WORKERS)
 
 
@@ -174,7 +179,9 @@ def _check_times(times) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 
 
-def heat_exact(equation: Equation, times, n_modes: int = 64) -> SpectralSolution:
+def heat_exact(
+    equation: Equation, times, n_modes: int = 64, initial_condition: str = "paper2d"
+) -> SpectralSolution:
     """Exact heat solution ``û_k(t) = e^{−ν|k|²t} û_k(0)`` with û(0) the DFT of u₀ on the
     ``n_modes²`` grid (its Nyquist modes, ≤ 4·10⁻³¹ relative at 64, dropped as in
     :func:`spectral_solve`).
@@ -185,7 +192,7 @@ def heat_exact(equation: Equation, times, n_modes: int = 64) -> SpectralSolution
     times = _check_times(times)
     if n_modes % 2:
         raise ValueError(f"n_modes must be even, got {n_modes}")
-    u0_hat = _initial_spectrum(equation, n_modes)
+    u0_hat = _initial_spectrum(equation, n_modes, initial_condition)
     u0_hat[n_modes // 2, :] = 0.0
     u0_hat[:, n_modes // 2] = 0.0
     k1, k2 = _wavenumbers(n_modes, equation.lengths)
@@ -320,9 +327,14 @@ def _step_sizes(times: np.ndarray, dt: float) -> list[tuple[float, int]]:
 
 
 def spectral_solve(
-    equation: Equation, times, n: int | None = None, dt: float | None = None
+    equation: Equation,
+    times,
+    n: int | None = None,
+    dt: float | None = None,
+    initial_condition: str = "paper2d",
 ) -> SpectralSolution:
-    """ETDRK4 pseudo-spectral solution of ``∂ₜu = ν Δu + N(u, ∇u)`` from the paper's u₀.
+    """ETDRK4 pseudo-spectral solution of ``∂ₜu = ν Δu + N(u, ∇u)`` from u₀ =
+    ``INITIAL_CONDITIONS[initial_condition]`` (default: the paper's).
 
     In Fourier space ``∂ₜû = L̂û + N̂(û)``, ``L̂ = −ν|k|²``; one step of size h (Cox &
     Matthews' ETDRK4, weights from :func:`etdrk4_coefficients`)::
@@ -345,14 +357,15 @@ def spectral_solve(
     if not dt > 0:
         raise ValueError(f"dt must be > 0, got {dt}")
     nhat = _Pseudospectral(equation, n)
-    v = _initial_spectrum(equation, n) * nhat.keep
+    v = _initial_spectrum(equation, n, initial_condition) * nhat.keep
     coef = np.empty((len(times), n, n // 2 + 1), dtype=np.complex128)
     h_now, weights = None, None
     for idx, (h, steps) in enumerate(_step_sizes(times, dt)):
         if steps:
-            # Equal intervals (e.g. times = arange(n)·Δ) give h equal up to round-off;
-            # reusing the weights then shifts time by ~1e-16·h, far below the step error.
-            if h_now is None or abs(h - h_now) > 1e-13 * h_now:
+            # Intervals that are equal but for round-off (times = arange(k)·Δ: up to
+            # 3e-13 relative at k = 4000) reuse the weights, which cost ~0.1 s each; the
+            # time reached is then off by that same round-off, far below the step error.
+            if h_now is None or abs(h - h_now) > 1e-9 * h_now:
                 e2, e, q, f1, f2, f3 = etdrk4_coefficients(h * nhat.lin)
                 h_now, weights = h, (e2, e, h * q, h * f1, h * f2, h * f3)
             e2, e, hq, hf1, hf2, hf3 = weights
@@ -374,50 +387,60 @@ def spectral_solve(
 # ---------------------------------------------------------------------------------------
 
 
-def default_cache_dir() -> Path:
-    """``$TENG_EQ_CACHE`` if set, else ``~/.cache/teng-eq``."""
-    env = os.environ.get("TENG_EQ_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "teng-eq"
-
-
-def _cache_key(equation: Equation, times: np.ndarray, n: int, dt: float | None) -> str:
-    payload = json.dumps(
+def _cache_key(
+    equation: Equation, times: np.ndarray, n: int, dt: float | None, initial_condition: str
+) -> str:
+    return digest(
         {
             "version": CACHE_VERSION,
             "equation": equation.name,
             "nu": repr(float(equation.nu)),
             "lengths": [repr(float(v)) for v in equation.lengths],
-            "initial_condition": "paper2d",
+            "initial_condition": initial_condition,
             "n": int(n),
             "dt": None if dt is None else repr(float(dt)),
         },
-        sort_keys=True,
-    ).encode()
-    return hashlib.sha256(payload + times.astype("<f8").tobytes()).hexdigest()
+        times.astype("<f8").tobytes(),
+    )
 
 
 def reference_solution(
-    equation: Equation, times, *, cache_dir=None, n: int | None = None, dt: float | None = None
+    equation: Equation,
+    times,
+    *,
+    cache_dir=None,
+    n: int | None = None,
+    dt: float | None = None,
+    initial_condition: str = "paper2d",
 ) -> SpectralSolution:
-    """Reference u(·, t) at ``times`` from the paper's u₀: :func:`heat_exact` for heat,
-    :func:`spectral_solve` otherwise; cached on disk.
+    """Reference u(·, t) at ``times`` from u₀ = ``INITIAL_CONDITIONS[initial_condition]``:
+    :func:`heat_exact` for heat, :func:`spectral_solve` otherwise; cached on disk.
 
     Cache: ``<cache_dir>/reference-<sha256>.npz``, keyed by equation, ν, lengths, initial
     condition, n, dt, the exact bytes of ``times`` and :data:`CACHE_VERSION`; written to a
     temporary file and renamed, so concurrent writers never leave a partial file.
-    ``cache_dir=None`` → :func:`default_cache_dir`; ``False`` → no cache.
+    ``cache_dir=None`` → :func:`teng_eq.cache.cache_dir`; ``False`` → no cache.
 
-    Defaults (paper parameters, T = 4, L = 2π), chosen from self-convergence: the relative
-    L² difference to the run with 2n modes, and to the run with dt/2, both measured on the
-    common 2n grid:
+    Defaults (:func:`default_resolution`), measured for the paper's parameters (L = 2π,
+    u₀ paper2d; other initial conditions use them unmeasured), from self-convergence:
+    relative L² difference at T of the (n, dt) run to the (2n, dt) run and to the
+    (n, dt/2) run, on the 2n grid; wall time of the (n, dt) solve on 2 busy CPU cores
+    (load ≈ 4–5, so roughly twice the time on an idle machine):
 
-    ============  =====  =======  ====================  ====================  ========
-    equation      n      dt       T=1: 2n / dt/2        T=4: 2n / dt/2        wall (T=4)
-    ============  =====  =======  ====================  ====================  ========
-    heat (ν=0.1)  64     exact    —                     —                     < 0.1 s
-    allen_cahn    128    2e-3     see README of tests   see README of tests
-    burgers       256    1e-3
-    ============  =====  =======  ====================  ====================  ========
+    ==========  =====  ===  ===  ====  =======  =======  =====
+    equation    ν      T    n    dt    vs 2n    vs dt/2  wall
+    ==========  =====  ===  ===  ====  =======  =======  =====
+    allen_cahn  1/200  1    128  5e-3  3e-16    2e-12    1 s
+    allen_cahn  1/200  4    256  5e-3  3e-11    3e-12    21 s
+    burgers     1/100  1    192  2e-3  2e-15    2e-12    8 s
+    burgers     1/100  4    384  2e-3  6e-13    3e-11    160 s
+    ==========  =====  ===  ===  ====  =======  =======  =====
+
+    Fewer modes miss by far more at T = 4 (Allen–Cahn 128 vs 256: 3·10⁻⁶; Burgers 192 vs
+    256: 3·10⁻⁷, 256 vs 384: 4·10⁻⁹): the fronts steepen, so T ≤ 1 gets its own, cheaper
+    row. Heat is exact (64 modes resolve u₀ to round-off, see :func:`heat_exact`);
+    ETDRK4 on it agrees to 3·10⁻¹⁵ (T = 1) and 1·10⁻¹⁴ (T = 4). The paper used
+    cut-offs 128 / 192 (n = 256 / 384) with RK4 at dt = 2·10⁻⁴ / 10⁻⁴.
     """
     times = _check_times(times)
     is_heat = equation.name == "heat"
@@ -428,33 +451,27 @@ def reference_solution(
 
     def compute() -> SpectralSolution:
         if is_heat:
-            return heat_exact(equation, times, n_modes=n)
-        return spectral_solve(equation, times, n=n, dt=dt)
+            return heat_exact(equation, times, n_modes=n, initial_condition=initial_condition)
+        return spectral_solve(equation, times, n=n, dt=dt, initial_condition=initial_condition)
 
     if cache_dir is False:
         return compute()
-    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = directory / f"reference-{_cache_key(equation, times, n, dt)}.npz"
+    path = cache_dir_of(cache_dir) / f"reference-{_cache_key(equation, times, n, dt, initial_condition)}.npz"
     if path.exists():
         with np.load(path) as data:
             return SpectralSolution(
                 times=data["times"], coef=data["coef"], lengths=tuple(data["lengths"].tolist())
             )
     solution = compute()
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".reference-", suffix=".npz.tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(
-                fh,
-                times=solution.times,
-                coef=solution.coef,
-                lengths=np.asarray(solution.lengths, dtype=np.float64),
-            )
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(
+        path,
+        lambda fh: np.savez(
+            fh,
+            times=solution.times,
+            coef=solution.coef,
+            lengths=np.asarray(solution.lengths, dtype=np.float64),
+        ),
+    )
     return solution
 
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from teng_eq.config import RunConfig
-from teng_eq.equations import INITIAL_CONDITIONS, make_equation
+from teng_eq.equations import INITIAL_CONDITIONS, Equation, make_equation
 from teng_eq.grid import cell_volume, grid_points
 from teng_eq.initial_fit import cached_initial_parameters
 from teng_eq.integrators import INTEGRATORS, TENGStep
@@ -68,6 +68,42 @@ def _stage_rows(logs) -> np.ndarray:
     return np.asarray(rows, np.float64)
 
 
+@dataclasses.dataclass
+class Problem:
+    """What a run starts from: the equation, the network as a function of θ, the
+    quadrature grid and its weight, and θ₀ (fitted or from the cache)."""
+
+    equation: Equation
+    space: ParamSpace
+    points: jax.Array
+    weight: float
+    theta0: jax.Array
+    fit_info: dict
+
+
+def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None = None) -> Problem:
+    """Build the equation and network of ``cfg`` and fit (or load) θ₀."""
+    cfg.validate()
+    equation = make_equation(cfg.equation, cfg.nu, cfg.lengths)
+    key_net, key_fit = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    net = TENGNet(
+        dim=equation.dim, features=cfg.network.features, width=cfg.network.width,
+        depth=cfg.network.depth, lengths=equation.lengths, key=key_net,
+    )
+    space = ParamSpace(net)
+    points, weight = grid_points(cfg.grid, equation.lengths), cell_volume(cfg.grid, equation.lengths)
+    description = dict(
+        initial_condition=cfg.initial_condition, lengths=list(equation.lengths),
+        network=dataclasses.asdict(cfg.network), grid=cfg.grid, seed=cfg.seed,
+        fit=dataclasses.asdict(cfg.fit),
+    )
+    theta, fit_info = cached_initial_parameters(
+        net, INITIAL_CONDITIONS[cfg.initial_condition], points, weight, key=key_fit,
+        fit=cfg.fit, description=description, directory=cache_dir, log=log,
+    )
+    return Problem(equation, space, points, weight, theta, fit_info)
+
+
 def run_simulation(
     cfg: RunConfig,
     *,
@@ -76,30 +112,16 @@ def run_simulation(
     cache_dir=None,
 ) -> RunResult:
     """Run TENG from θ₀ to ``t_final`` and measure the error at every step."""
-    cfg.validate()
-    equation = make_equation(cfg.equation, cfg.nu, cfg.lengths)
-    u0 = INITIAL_CONDITIONS[cfg.initial_condition]
-    key_net, key_fit, key_run = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
-    net = TENGNet(
-        dim=equation.dim, features=cfg.network.features, width=cfg.network.width,
-        depth=cfg.network.depth, lengths=equation.lengths, key=key_net,
-    )
-    space = ParamSpace(net)
-    points, weight = grid_points(cfg.grid, equation.lengths), cell_volume(cfg.grid, equation.lengths)
-
-    description = dict(
-        initial_condition=cfg.initial_condition, lengths=list(equation.lengths),
-        network=dataclasses.asdict(cfg.network), grid=cfg.grid, seed=cfg.seed,
-        fit=dataclasses.asdict(cfg.fit),
-    )
-    theta, fit_info = cached_initial_parameters(
-        net, u0, points, weight, key=key_fit, fit=cfg.fit, description=description,
-        directory=cache_dir, log=log,
-    )
+    problem = prepare(cfg, cache_dir=cache_dir, log=log)
+    equation, space, points, weight = problem.equation, problem.space, problem.points, problem.weight
+    theta, fit_info = problem.theta0, problem.fit_info
+    key_run = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 1)
 
     times = np.arange(cfg.n_steps + 1) * cfg.dt
     t0 = time.perf_counter()
-    reference = reference_solution(equation, times, cache_dir=cache_dir)
+    reference = reference_solution(
+        equation, times, cache_dir=cache_dir, initial_condition=cfg.initial_condition
+    )
     reference_s = time.perf_counter() - t0
 
     step = TENGStep(

@@ -1,0 +1,68 @@
+"""Whole TENG runs (θ₀ fit, reference, time stepping, metrics) at test size.
+
+The initial condition here is ``sines2d`` (two Fourier modes), which a 32² grid
+resolves exactly, so that a run costs seconds; the paper's condition runs in the
+slow tests and in the pipeline.
+"""
+
+import numpy as np
+import pytest
+
+from teng_eq.config import RunConfig
+from teng_eq.simulation import run_simulation
+
+
+def small(**kw):
+    base = dict(
+        equation="heat", nu=0.1, initial_condition="sines2d", integrator="heun",
+        dt=0.02, t_final=0.4, grid=32, eval_grid=64, subsample_first=512, subsample=384,
+    )
+    return RunConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def heun_run(cache_dir):
+    return run_simulation(small(), cache_dir=cache_dir)
+
+
+def test_heun_run_tracks_exact_heat(heun_run):
+    r = heun_run
+    assert r.rel_l2.shape == (21,) and r.step_loss.shape == (20,)
+    assert r.rel_l2[0] < 1e-6  # θ₀ fit
+    assert r.global_rel_l2 < 1e-5
+    assert np.median(r.step_loss) < 1e-13
+    assert np.all(np.diff(r.wall_time_s) > 0)
+    assert r.compile_s > 0 and r.runtime_s >= r.wall_time_s[-1]
+
+
+def test_theta0_is_cached(heun_run, cache_dir):
+    again = run_simulation(small(t_final=0.04), cache_dir=cache_dir)
+    assert again.fit_info["cached"] is True
+    assert again.rel_l2[0] == heun_run.rel_l2[0]
+
+
+def test_stage_tables(heun_run):
+    table = heun_run.losses[0]
+    # Heun: stage 0 has iters+1 rows (7 + final), stage 1 iters_later+1 (5 + final).
+    assert table.shape == (8 + 6, 4)
+    assert list(table[:, 0]) == [0] * 8 + [1] * 6
+    assert table[-1, 2] == heun_run.step_loss[0]
+
+
+def _slope(dts, errs):
+    return np.polyfit(np.log(dts), np.log(errs), 1)[0]
+
+
+def test_convergence_orders(cache_dir):
+    """TENG-Euler is first order, TENG-Heun second. TENG-RK4's time error is far
+    below the optimisation floor (~1e-7–1e-6 here), so it is only checked to be
+    below TENG-Heun at every Δt and well below at the largest."""
+    dts = [0.01, 0.02, 0.04]
+    errs = {
+        name: [run_simulation(small(integrator=name, dt=dt), cache_dir=cache_dir).rel_l2[-1] for dt in dts]
+        for name in ("euler", "heun", "rk4")
+    }
+    assert abs(_slope(dts, errs["euler"]) - 1) <= 0.3, errs
+    assert abs(_slope(dts, errs["heun"]) - 2) <= 0.3, errs
+    assert all(r < h for r, h in zip(errs["rk4"], errs["heun"])), errs
+    assert errs["rk4"][-1] < errs["heun"][-1] / 3, errs
