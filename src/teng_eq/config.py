@@ -34,10 +34,10 @@ class FitConfig:
     stage1_tol: float = 1e-7
     stage1_subsample: int = 512
     stage1_max_iters: int = 2000
-    stage2_tol: float = 1e-16
+    stage2_tol: float = 2e-14
     stage2_subsample: int = 1024
     stage2_max_iters: int = 2000
-    patience: int = 4
+    patience: int = 3
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,7 @@ from jaxtyping import Array, Float
 
 from teng_eq.cache import cache_dir, digest, write_atomic
 from teng_eq.model import ParamSpace, TENGNet
-from teng_eq.stepper import Stepper
+from teng_eq.stepper import Stepper, random_subset
 
 
 def _value_and_gradient(fn, x):
@@ -67,7 +67,7 @@ def levenberg_marquardt(
     def iteration(_, carry):
         theta, current, lam, key = carry
         key, sub = jax.random.split(key)
-        subset = jax.random.choice(sub, n_params, (subsample,), replace=False)
+        subset = random_subset(sub, n_params, subsample)
         r = residual(theta).reshape(-1)
         J = jacobian(theta, subset)
         gram = J.T @ J
