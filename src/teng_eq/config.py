@@ -48,7 +48,7 @@ class RunConfig:
     initial_condition: str = "paper2d"
     integrator: str = "heun"
     dt: float = 0.005
-    t_final: float = 0.4
+    t_final: float = 0.2
     iters: int = 7
     iters_later: int = 5
     subsample_first: int = 512
