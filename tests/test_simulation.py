@@ -1,8 +1,8 @@
 """Whole TENG runs (θ₀ fit, reference, time stepping, metrics) at test size.
 
 The initial condition here is ``sines2d`` (two Fourier modes), which a 32² grid
-resolves exactly, so that a run costs seconds; the paper's condition runs in the
-slow tests and in the pipeline.
+resolves exactly, so that a run costs seconds; the paper's condition needs a
+minutes-long θ₀ fit and is exercised by the pipeline's default sweep.
 """
 
 import numpy as np

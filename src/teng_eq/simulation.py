@@ -149,6 +149,8 @@ def run_simulation(
         table = _stage_rows(logs)
         tables.append(table)
         step_loss[n - 1] = table[-1, 2]
+        if not np.isfinite(step_loss[n - 1] + err_sq[n]):
+            raise FloatingPointError(f"TENG diverged at step {n} (t={times[n]:.6g}): non-finite loss or error")
         wall[n - 1] = time.perf_counter() - start
         if on_step is not None:
             on_step(StepRecord(
