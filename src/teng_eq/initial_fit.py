@@ -145,26 +145,23 @@ def refine(
     return carry[1], float(carry[2])
 
 
-def _factored(space: ParamSpace, points):
-    gcol, hcol = (jnp.asarray(c) for c in space.static_network().factor_columns())
+def _value_gradient_rows(stepper: Stepper):
+    """``(θ, S) ↦ ∂(û, ∂₁û, …)/∂θ_S`` on the stepper's grid: the stepper's factored
+    Jacobian and its x-derivatives (one JVP of the factors per direction)."""
+    space, points = stepper.space, stepper.points
 
-    def value_rows(theta, subset):
-        _, G, H = space.network(theta).jacobian_factors(points)
-        return G[:, gcol[subset]] * H[:, hcol[subset]]
-
-    def value_gradient_rows(theta, subset):
-        # ∂/∂x_d of G[:, g]·H[:, h] by one JVP of the factors per direction.
+    def rows(theta, subset):
         net = space.network(theta)
-        g, h = gcol[subset], hcol[subset]
+        g, h = stepper.gcol[subset], stepper.hcol[subset]
         _, G, H = net.jacobian_factors(points)
-        rows = [G[:, g] * H[:, h]]
+        out = [G[:, g] * H[:, h]]
         for d in range(points.shape[1]):
             tangent = jnp.zeros_like(points).at[:, d].set(1.0)
             _, (_, dG, dH) = jax.jvp(net.jacobian_factors, (points,), (tangent,))
-            rows.append(dG[:, g] * H[:, h] + G[:, g] * dH[:, h])
-        return jnp.stack(rows, axis=1).reshape(-1, subset.shape[0])
+            out.append(dG[:, g] * H[:, h] + G[:, g] * dH[:, h])
+        return jnp.stack(out, axis=1).reshape(-1, subset.shape[0])
 
-    return value_rows, value_gradient_rows
+    return rows
 
 
 #: Bump when the fitting procedure changes, so stale θ₀ files are not reused.
@@ -188,7 +185,7 @@ def initial_parameters(
 ) -> tuple[Float[Array, " params"], dict]:
     """Two-stage fit of ``net`` to ``u0`` on ``points`` (no cache)."""
     space = ParamSpace(net)
-    value_rows, value_gradient_rows = _factored(space, points)
+    stepper = Stepper(space, points, weight, solver="cholesky", damping=1e-7)
     k1, k2 = jax.random.split(key)
     target1 = jax.vmap(lambda x: _value_and_gradient(u0, x))(points)
     target2 = target1[:, 0]
@@ -199,12 +196,11 @@ def initial_parameters(
 
     t0 = time.perf_counter()
     theta, loss1 = levenberg_marquardt(
-        residual1, value_gradient_rows, space.flatten(net), weight, key=k1,
+        residual1, _value_gradient_rows(stepper), space.flatten(net), weight, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
         max_iters=fit.stage1_max_iters, log=log, label="θ₀ stage 1 (value+gradient)",
     )
     t1 = time.perf_counter()
-    stepper = Stepper(space, points, weight, solver="cholesky", damping=1e-7)
     theta, loss2 = refine(
         stepper, theta, target2, key=k2, subsample=min(fit.stage2_subsample, space.size),
         tol=fit.stage2_tol, max_iters=fit.stage2_max_iters, patience=fit.patience, log=log,
