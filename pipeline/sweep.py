@@ -16,23 +16,85 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import hydra
+import jax
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from teng_eq import plots
+from teng_eq.cache import digest
 from teng_eq.config import ConfigError, RunConfig, check_group_choices
-from teng_eq.simulation import run_simulation
-from teng_eq.tracking import default_tracking_uri, flatten, tracked_run
+from teng_eq.simulation import run_simulation, save_network
+from teng_eq.tracking import (
+    PARENT_RUN_ENV,
+    artifact_root_for,
+    default_tracking_uri,
+    device_description,
+    flatten,
+    git_state,
+    tracked_run,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+# Keys that say where results go, not what is computed: left out of config_hash.
+BOOKKEEPING = ("tracking_uri", "experiment_name", "cache_dir", "progress")
+
+
+def spread(n: int, parts: int, first: int = 1) -> list[int]:
+    """Up to ``parts`` steps spread evenly over ``first..n``."""
+    return sorted({max(first, round(n * i / parts)) for i in range(first, parts + 1)})
+
+
+def job_tags(cfg: DictConfig, resolved: dict) -> dict[str, str]:
+    hc = HydraConfig.get()
+    commit, dirty = git_state(ROOT)
+    numerics = {k: v for k, v in resolved.items() if k not in BOOKKEEPING}
+    tags = {
+        "run_kind": "job", "method": cfg.method.name, "equation": cfg.equation.name,
+        "hydra_overrides": " ".join(hc.overrides.task), "config_hash": digest(numerics)[:16],
+        "git_commit": commit, "git_dirty": str(dirty),
+        "device": device_description(), "jax_version": jax.__version__,
+    }
+    if hc.mode == RunMode.MULTIRUN:
+        tags["job_num"] = str(hc.job.num)
+    return tags
+
+
+def log_artifacts(run, cfg: DictConfig, run_cfg: RunConfig, result, name: str) -> None:
+    """Config (resolved, and Hydra's .hydra/), plots, the per-iteration loss table, θ."""
+    n = run_cfg.n_steps
+    with tempfile.TemporaryDirectory() as tmp, run.timed():
+        tmp = Path(tmp)
+        (tmp / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        run.artifact(tmp / "config.yaml", "config")
+        hydra_dir = Path(HydraConfig.get().runtime.output_dir) / ".hydra"
+        if hydra_dir.is_dir():
+            run.artifact(hydra_dir, "config/.hydra")
+        table = result.loss_table()
+        np.savetxt(tmp / "losses.csv", table, delimiter=",", header="step,t,stage,iteration,loss,lsq",
+                   comments="", fmt=["%d", "%.10g", "%d", "%d", "%.17g", "%.17g"])
+        run.artifact(tmp / "losses.csv", "tables")
+        run.artifact(save_network(tmp / "theta.eqx", result.network), "params")
+        plots.error_curve(tmp / "error.png", result.times, result.rel_l2, result.step_loss, title=name)
+        plots.loss_iterations(tmp / "loss_iterations.png", table, spread(n, 5), result.step_loss,
+                              result.times, title=name)
+        for png in ("error.png", "loss_iterations.png"):
+            run.artifact(tmp / png, "plots")
+        if result.snapshots and next(iter(result.snapshots.values()))[0].ndim == 2:
+            plots.density(tmp / "density.png", result.snapshots, result.times, run_cfg.lengths, title=name)
+            run.artifact(tmp / "density.png", "plots")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    job_start = time.perf_counter()
     resolved = OmegaConf.to_container(cfg, resolve=True)
     try:
         run_cfg = RunConfig.from_mapping(resolved)
@@ -40,38 +102,44 @@ def main(cfg: DictConfig) -> float:
         sys.exit(f"error: {err}")
     uri = cfg.tracking_uri or default_tracking_uri(ROOT)
     name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
-    with tracked_run(uri, cfg.experiment_name, artifact_root=ROOT / "mlruns", run_name=name,
-                     tags={"method": cfg.method.name, "equation": cfg.equation.name}) as run:
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    with tracked_run(uri, cfg.experiment_name, artifact_root=artifact_root_for(uri, ROOT), run_name=name,
+                     tags=job_tags(cfg, resolved),
+                     parent_run_id=os.environ.get(PARENT_RUN_ENV) if multirun else None) as run:
         run.params({**flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
         bar = tqdm(total=run_cfg.n_steps, disable=not cfg.progress, desc=name, file=sys.stderr)
 
         def on_step(rec):
             if rec.step == 1:
                 bar.reset()  # the θ₀ fit before the first step must not count in the rate
-            run.metric("rel_l2", rec.rel_l2, rec.step)
-            run.metric("step_loss", rec.step_loss, rec.step)
-            run.metric("wall_time_s", rec.wall_time_s, rec.step)
+            with run.timed():
+                run.metric("rel_l2", rec.rel_l2, rec.step)
+                run.metric("step_loss", rec.step_loss, rec.step)
+                run.metric("wall_time_s", rec.wall_time_s, rec.step)
+                if rec.step % 100 == 0:
+                    run.flush()
             bar.set_postfix_str(f"t={rec.t:.4f} err={rec.rel_l2:.2e} loss={rec.step_loss:.1e}")
             bar.update()
-            if rec.step % 100 == 0:
-                run.flush()
 
         result = run_simulation(run_cfg, on_step=on_step, cache_dir=cfg.cache_dir,
+                                snapshot_steps=spread(run_cfg.n_steps, 3, first=0),
                                 log=lambda msg: bar.write(msg) if cfg.progress else None)
         bar.close()
         run.metric("rel_l2", result.rel_l2[0], 0)
         for key in ("global_rel_l2", "runtime_s", "compile_s", "reference_s"):
             run.metric(key, getattr(result, key))
+        run.metric("final_rel_l2", result.rel_l2[-1])
         cached = result.fit_info["cached"]
         # Time this run spent fitting θ₀: 0 when another run had cached it.
         run.metric("fit_s", 0.0 if cached else result.fit_info["stage1_s"] + result.fit_info["stage2_s"])
         run.tags({"theta0_cached": cached, "theta0_loss": f"{result.fit_info['stage2_loss']:.3e}"})
-        with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-            run.artifact(Path(tmp) / "config.yaml", "config")
-            plots.error_curve(Path(tmp) / "error.png", result.times, result.rel_l2,
-                              result.step_loss, title=name)
-            run.artifact(Path(tmp) / "error.png", "plots")
+        log_artifacts(run, cfg, run_cfg, result, name)
+        run.flush()
+        # Tracking overhead: every MLflow call and plot of this job, against its wall time.
+        job_s = time.perf_counter() - job_start
+        run.metric("tracking_s", run.seconds)
+        run.metric("job_s", job_s)
+        run.metric("tracking_fraction", run.seconds / job_s)
     return result.global_rel_l2
 
 

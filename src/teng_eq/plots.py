@@ -10,6 +10,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+# Fixed margins instead of tight_layout, which alone doubled the time to draw a
+# figure: plots are drawn inside a tracked run and count as its overhead.
+_MARGINS = dict(left=0.08, right=0.97, bottom=0.14, top=0.86, wspace=0.3)
+
 
 def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "") -> Path:
     """Relative L² error against time (paper Fig. compare_method_all), and the
@@ -28,7 +32,71 @@ def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "") -> P
         ax.set_ylabel("final loss of the step")
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.subplots_adjust(**_MARGINS)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def loss_iterations(path: Path, table, steps, step_loss=None, times=None, title: str = "") -> Path:
+    """Loss against iteration inside chosen time steps, one curve per stage
+    (paper Fig. allen_cahn_loss), and the final loss of every step against time.
+
+    ``table`` has rows ``(step, t, stage, iteration, loss, lsq)`` as in
+    :meth:`teng_eq.simulation.RunResult.loss_table`.
+    """
+    table = np.asarray(table)
+    steps = list(steps)
+    panels = len(steps) + (step_loss is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels, 3.2), squeeze=False, sharey=False)
+    for ax, n in zip(axes[0], steps):
+        rows = table[table[:, 0] == n]
+        for stage in np.unique(rows[:, 2]).astype(int):
+            r = rows[rows[:, 2] == stage]
+            ax.semilogy(r[:, 3], r[:, 4], "o-", ms=3, label=f"stage {stage + 1}")
+        ax.set_title(f"step {n} (t = {rows[0, 1]:.4g})" if len(rows) else f"step {n}")
+        ax.set_xlabel("iteration")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0, 0].set_ylabel("loss")
+    axes[0, 0].legend(fontsize=7)
+    if step_loss is not None:
+        ax = axes[0, -1]
+        ax.semilogy(np.asarray(times)[1:], step_loss, ".", ms=2)
+        ax.set_xlabel("t")
+        ax.set_title("final loss of each step")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(title)
+    fig.subplots_adjust(**{**_MARGINS, "left": 0.06, "wspace": 0.35})
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def density(path: Path, snapshots, times, lengths, title: str = "") -> Path:
+    """Reference, TENG and their difference as 2-D density plots at a few times
+    (paper Fig. burgers_color); ``snapshots`` maps step → (TENG, reference)."""
+    steps = sorted(snapshots)
+    fig, axes = plt.subplots(3, len(steps), figsize=(3.0 * len(steps), 8.4), squeeze=False)
+    extent = (0.0, float(lengths[0]), 0.0, float(lengths[1]))
+    for col, n in enumerate(steps):
+        teng, ref = (np.asarray(f) for f in snapshots[n])
+        # A panel is ~250 px wide: more points than that only slow the drawing.
+        stride = max(1, ref.shape[0] // 128)
+        teng, ref = teng[::stride, ::stride], ref[::stride, ::stride]
+        lo, hi = float(np.min(ref)), float(np.max(ref))
+        for row, (field, label) in enumerate(((ref, "reference"), (teng, "TENG"), (teng - ref, "TENG − reference"))):
+            ax = axes[row, col]
+            kwargs = {"vmin": lo, "vmax": hi} if row < 2 else {"cmap": "RdBu_r"}
+            # field[i, j] = u(x_i, y_j): transpose so that x runs along the horizontal axis.
+            im = ax.imshow(np.asarray(field).T, origin="lower", extent=extent, aspect="equal", **kwargs)
+            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, format="%.1e" if row == 2 else None)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if col == 0:
+                ax.set_ylabel(label)
+        axes[0, col].set_title(f"t = {times[n]:.4g}")
+    fig.suptitle(title)
+    fig.subplots_adjust(left=0.05, right=0.95, bottom=0.02, top=0.92, wspace=0.35, hspace=0.12)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return Path(path)

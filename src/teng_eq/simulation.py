@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,6 +59,14 @@ class RunResult:
     theta: np.ndarray
     network: TENGNet
     losses: list[np.ndarray]  # one (rows, 4) table per step
+    snapshots: dict[int, tuple[np.ndarray, np.ndarray]]  # step -> (TENG, reference) on the eval grid
+
+    def loss_table(self) -> np.ndarray:
+        """Every iteration of the run, rows ``(step, t, stage, iteration, loss, lsq)``."""
+        return np.concatenate([
+            np.column_stack([np.full(len(tab), n), np.full(len(tab), self.times[n]), tab])
+            for n, tab in enumerate(self.losses, start=1)
+        ])
 
 
 def _stage_rows(logs) -> np.ndarray:
@@ -81,15 +91,33 @@ class Problem:
     fit_info: dict
 
 
+def build_network(cfg: RunConfig) -> TENGNet:
+    """The untrained network of ``cfg`` (its architecture, initialised from ``seed``)."""
+    equation = make_equation(cfg.equation, cfg.nu, cfg.lengths)
+    key_net, _ = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    return TENGNet(
+        dim=equation.dim, features=cfg.network.features, width=cfg.network.width,
+        depth=cfg.network.depth, lengths=equation.lengths, key=key_net,
+    )
+
+
+def save_network(path: Path, network: TENGNet) -> Path:
+    """θ as ``eqx.tree_serialise_leaves`` bytes (no pickle); read back by :func:`load_network`."""
+    eqx.tree_serialise_leaves(path, network)
+    return Path(path)
+
+
+def load_network(cfg: RunConfig, path: Path) -> TENGNet:
+    """The network saved by :func:`save_network` from a run of ``cfg``."""
+    return eqx.tree_deserialise_leaves(path, build_network(cfg))
+
+
 def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None = None) -> Problem:
     """Build the equation and network of ``cfg`` and fit (or load) θ₀."""
     cfg.validate()
     equation = make_equation(cfg.equation, cfg.nu, cfg.lengths)
-    key_net, key_fit = jax.random.split(jax.random.PRNGKey(cfg.seed))
-    net = TENGNet(
-        dim=equation.dim, features=cfg.network.features, width=cfg.network.width,
-        depth=cfg.network.depth, lengths=equation.lengths, key=key_net,
-    )
+    _, key_fit = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    net = build_network(cfg)
     space = ParamSpace(net)
     points, weight = grid_points(cfg.grid, equation.lengths), cell_volume(cfg.grid, equation.lengths)
     description = dict(
@@ -110,8 +138,13 @@ def run_simulation(
     on_step: Callable[[StepRecord], None] | None = None,
     log: Callable[[str], None] | None = None,
     cache_dir=None,
+    snapshot_steps: Sequence[int] = (),
 ) -> RunResult:
-    """Run TENG from θ₀ to ``t_final`` and measure the error at every step."""
+    """Run TENG from θ₀ to ``t_final`` and measure the error at every step.
+
+    At each of ``snapshot_steps`` the TENG and reference fields on the
+    evaluation grid are kept (``RunResult.snapshots``), for density plots.
+    """
     problem = prepare(cfg, cache_dir=cache_dir, log=log)
     equation, space, points, weight = problem.equation, problem.space, problem.points, problem.weight
     theta, fit_info = problem.theta0, problem.fit_info
@@ -138,14 +171,24 @@ def run_simulation(
     compile_s = time.perf_counter() - t0
 
     M = cfg.eval_grid
+    shape = (M,) * equation.dim
+    snapshots = {}
+    wanted = set(snapshot_steps)
+
+    def measure(n, theta):
+        u, ref = evaluate(theta), reference.at(n, M)
+        if n in wanted:
+            snapshots[n] = (np.asarray(u).reshape(shape), np.asarray(ref).reshape(shape))
+        return squared_norms(u, ref)
+
     err_sq, ref_sq = np.zeros(cfg.n_steps + 1), np.zeros(cfg.n_steps + 1)
-    err_sq[0], ref_sq[0] = squared_norms(evaluate(theta), reference.at(0, M))
+    err_sq[0], ref_sq[0] = measure(0, theta)
     step_loss, wall = np.zeros(cfg.n_steps), np.zeros(cfg.n_steps)
     tables = []
     start = time.perf_counter()
     for n in range(1, cfg.n_steps + 1):
         theta, logs = step_fn(theta, jax.random.fold_in(key_run, n))
-        err_sq[n], ref_sq[n] = squared_norms(evaluate(theta), reference.at(n, M))
+        err_sq[n], ref_sq[n] = measure(n, theta)
         table = _stage_rows(logs)
         tables.append(table)
         step_loss[n - 1] = table[-1, 2]
@@ -164,4 +207,5 @@ def run_simulation(
         global_rel_l2=global_relative_l2(err_sq, ref_sq, times), runtime_s=runtime_s,
         compile_s=compile_s, fit_info=fit_info, reference_s=reference_s,
         theta=np.asarray(theta), network=space.network(jnp.asarray(theta)), losses=tables,
+        snapshots=snapshots,
     )

@@ -3,12 +3,21 @@
 Curves go through ``MlflowClient.log_batch`` (one call per 1000 points, not one
 per point: ~18 ms each on a 2-core machine); every run that raises is ended
 FAILED with the reason in the ``failure_reason`` tag.
+
+A Hydra multirun is one *parent* run with a *child* run per job. The parent is
+made by :class:`SweepCallback` in the launching process, before any job starts,
+which also creates the store: parallel jobs opening a fresh SQLite store race
+on its schema migration.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import os
+import platform
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -17,6 +26,10 @@ import mlflow
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+#: Environment variable through which the launching process hands the parent
+#: run's id to its jobs (inherited by joblib workers, submitit and SLURM jobs).
+PARENT_RUN_ENV = "TENG_EQ_PARENT_RUN"
+
 _BATCH_METRICS = 1000
 _BATCH_PARAMS = 100
 
@@ -24,6 +37,41 @@ _BATCH_PARAMS = 100
 def default_tracking_uri(root: Path) -> str:
     """``sqlite:///<root>/mlflow.db``: what a plain ``mlflow ui`` in ``root`` opens."""
     return f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
+
+
+def artifact_root_for(tracking_uri: str, root: Path) -> Path | None:
+    """``<root>/mlruns`` for a local store; ``None`` (the server's own artifact
+    store) for a remote ``http(s)://`` one."""
+    return None if tracking_uri.startswith(("http://", "https://")) else Path(root) / "mlruns"
+
+
+def git_state(root: Path) -> tuple[str, bool]:
+    """``(commit, dirty)`` of the checkout at ``root``; ``("unknown", False)`` outside git."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+    try:
+        return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+
+
+def device_description() -> str:
+    """The accelerator jax computes on, e.g. ``gpu: NVIDIA H100 80GB HBM3`` or ``cpu: x86_64 (2 cores)``."""
+    import jax
+
+    dev = jax.devices()[0]
+    if dev.platform == "cpu":
+        return f"cpu: {_cpu_model()} ({os.cpu_count()} cores)"
+    return f"{dev.platform}: {dev.device_kind}"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None) -> str:
@@ -52,19 +100,35 @@ def flatten(mapping: Mapping, prefix: str = "") -> dict[str, str]:
 
 
 class RunLogger:
-    """Buffers step metrics of one run and writes them with ``log_batch``."""
+    """Buffers step metrics of one run and writes them with ``log_batch``.
+
+    ``seconds`` adds up the time spent in its calls and in :meth:`timed` blocks:
+    the tracking overhead of the run.
+    """
 
     def __init__(self, client: MlflowClient, run_id: str):
         self.client, self.run_id = client, run_id
+        self.seconds = 0.0
         self._pending: list[Metric] = []
 
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Count the block's time as tracking overhead (e.g. drawing the plots)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - start
+
     def params(self, params: Mapping[str, str]) -> None:
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-        for i in range(0, len(items), _BATCH_PARAMS):
-            self.client.log_batch(self.run_id, params=items[i : i + _BATCH_PARAMS])
+        with self.timed():
+            items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+            for i in range(0, len(items), _BATCH_PARAMS):
+                self.client.log_batch(self.run_id, params=items[i : i + _BATCH_PARAMS])
 
     def tags(self, tags: Mapping[str, str]) -> None:
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        with self.timed():
+            self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def metric(self, name: str, value: float, step: int = 0) -> None:
         self._pending.append(Metric(name, float(value), int(time.time() * 1000), int(step)))
@@ -74,16 +138,18 @@ class RunLogger:
         self._pending += [Metric(name, float(v), now, int(s)) for s, v in zip(steps, values)]
 
     def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        for i in range(0, len(pending), _BATCH_METRICS):
-            self.client.log_batch(self.run_id, metrics=pending[i : i + _BATCH_METRICS])
+        with self.timed():
+            pending, self._pending = self._pending, []
+            for i in range(0, len(pending), _BATCH_METRICS):
+                self.client.log_batch(self.run_id, metrics=pending[i : i + _BATCH_METRICS])
 
     def artifact(self, path: Path, folder: str | None = None) -> None:
-        path = Path(path)
-        if path.is_dir():
-            self.client.log_artifacts(self.run_id, str(path), folder)
-        else:
-            self.client.log_artifact(self.run_id, str(path), folder)
+        with self.timed():
+            path = Path(path)
+            if path.is_dir():
+                self.client.log_artifacts(self.run_id, str(path), folder)
+            else:
+                self.client.log_artifact(self.run_id, str(path), folder)
 
 
 @contextlib.contextmanager
@@ -94,12 +160,19 @@ def tracked_run(
     artifact_root: Path | None = None,
     run_name: str | None = None,
     tags: Mapping[str, str] | None = None,
+    parent_run_id: str | None = None,
 ) -> Iterator[RunLogger]:
-    """An MLflow run that ends FINISHED, or FAILED with ``failure_reason`` set."""
+    """An MLflow run that ends FINISHED, or FAILED with ``failure_reason`` set;
+    a child of ``parent_run_id`` when given (it may live in another experiment)."""
+    start = time.perf_counter()
     client = MlflowClient(tracking_uri)
     exp_id = ensure_experiment(client, experiment, artifact_root)
-    run = client.create_run(exp_id, run_name=run_name, tags=dict(tags or {}))
+    tags = {k: str(v) for k, v in (tags or {}).items()}
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(exp_id, run_name=run_name, tags=tags)
     logger = RunLogger(client, run.info.run_id)
+    logger.seconds = time.perf_counter() - start
     try:
         yield logger
         logger.flush()
@@ -111,3 +184,103 @@ def tracked_run(
         client.set_terminated(run.info.run_id, status="FAILED")
         raise
     client.set_terminated(run.info.run_id, status="FINISHED")
+
+
+def _config_root(config) -> Path:
+    """The folder holding the primary config folder (``conf/``): the repo root."""
+    for source in config.hydra.runtime.config_sources:
+        if source.provider == "main" and source.schema == "file":
+            return Path(source.path).parent
+    return Path.cwd()
+
+
+def _all_experiment_ids(client: MlflowClient) -> list[str]:
+    return [e.experiment_id for e in client.search_experiments()]
+
+
+def children(client: MlflowClient, parent_run_id: str) -> list:
+    """The child runs of ``parent_run_id``, in every experiment."""
+    return client.search_runs(
+        _all_experiment_ids(client), f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        max_results=50000,
+    )
+
+
+class SweepCallback:
+    """Hydra callback (``hydra.callbacks``) that gives a multirun one parent run.
+
+    In the launching process, before any job starts, ``on_multirun_start`` opens
+    the store (creating and migrating it once), creates the experiment
+    ``config.experiment_name`` and a parent run tagged ``run_kind=sweep``,
+    ``sweep_dir`` and ``sweep_overrides``, and exports its id in
+    :data:`PARENT_RUN_ENV` for the jobs. The parent ends FINISHED when every
+    child finished, else FAILED with the failed jobs in ``failure_reason``; an
+    exit that skips ``on_multirun_end`` (Hydra re-raises a failed job) ends it
+    through ``atexit``.
+
+    Written against Hydra's callback protocol without importing Hydra (the
+    library stays Hydra-free); the config is read by attribute.
+    """
+
+    def __init__(self) -> None:
+        self.uri: str | None = None
+        self.run_id: str | None = None
+
+    def __getstate__(self) -> dict:
+        # Launchers pickle the callbacks into each job's process; the parent run
+        # belongs to the launching process alone.
+        return {"uri": None, "run_id": None}
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        try:
+            root = _config_root(config)
+            uri = config.tracking_uri or default_tracking_uri(root)
+            client = MlflowClient(uri)
+            exp_id = ensure_experiment(client, config.experiment_name, artifact_root_for(uri, root))
+            sweep_dir = str(config.hydra.sweep.dir)
+            commit, dirty = git_state(root)
+            name = "/".join(Path(sweep_dir).parts[-2:])
+            run = client.create_run(exp_id, run_name=f"sweep {name}", tags={
+                "run_kind": "sweep", "sweep_dir": sweep_dir,
+                "sweep_overrides": " ".join(config.hydra.overrides.task),
+                "git_commit": commit, "git_dirty": str(dirty),
+            })
+        except Exception as exc:
+            # Hydra only warns about a callback's exception; a sweep without its
+            # store must not start at all.
+            raise SystemExit(f"error: cannot open the MLflow store for this sweep: {exc}") from exc
+        self.uri, self.run_id = uri, run.info.run_id
+        os.environ[PARENT_RUN_ENV] = self.run_id
+        atexit.register(self.close)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the parent run from its children's statuses (once)."""
+        if self.run_id is None:
+            return
+        run_id, self.run_id = self.run_id, None
+        os.environ.pop(PARENT_RUN_ENV, None)
+        client = MlflowClient(self.uri)
+        runs = children(client, run_id)
+        failed = sorted(r.data.tags.get("job_num", "?") for r in runs if r.info.status != "FINISHED")
+        client.log_batch(run_id, metrics=[Metric("n_jobs", len(runs), int(time.time() * 1000), 0)])
+        if failed or not runs:
+            reason = f"jobs not finished: {', '.join(failed)}" if runs else "no job ran"
+            client.set_tag(run_id, "failure_reason", reason)
+            client.set_terminated(run_id, status="FAILED")
+        else:
+            client.set_terminated(run_id, status="FINISHED")
+
+    def on_run_start(self, config, **kwargs) -> None:
+        pass
+
+    def on_run_end(self, config, **kwargs) -> None:
+        pass
+
+    def on_job_start(self, config, **kwargs) -> None:
+        pass
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        pass
