@@ -182,7 +182,7 @@ def test_load_runs_selects_the_sweep_across_experiments(store):
     uri, _, ids = store
     runs = load_runs(uri, sweep="latest")
     assert set(runs["run_id"]) == set(ids["jobs"]) | {ids["failed"]}
-    assert set(runs["experiment_id"].unique()).__len__() == 2
+    assert runs["experiment_id"].nunique() == 2  # burgers and heat
     jobs, n_failed = analysis.select_jobs(runs)
     assert set(jobs["run_id"]) == set(ids["jobs"]) and n_failed == 1
     heat = load_runs(uri, experiments=["heat"])
