@@ -1,0 +1,203 @@
+"""Comparisons across runs: Pareto front, convergence slopes, Table-1 summaries.
+
+Pure numpy/pandas on the ``mlflow.search_runs`` DataFrame (``params.dt``,
+``metrics.global_rel_l2``, ``tags.run_kind``, …); loading it is
+:mod:`teng_eq.tracking`'s job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+# Params that say where a run was logged or how it talked, not what it computed.
+BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress"})
+# Axes first in every grouping and label, in this order; the rest follow sorted.
+LEADING = ("method", "equation", "dt")
+METRICS = ("global_rel_l2", "runtime_s", "compile_s", "fit_s", "reference_s")
+
+
+class PowerLaw(NamedTuple):
+    """``err ≈ prefactor · dt**slope``."""
+
+    slope: float
+    prefactor: float
+
+
+def pareto_front(runtime: Sequence[float], error: Sequence[float]) -> np.ndarray:
+    """Mask of the non-dominated points of ``(runtime, error)``, both minimised.
+
+    Point ``i`` is dominated when some ``j`` has ``r_j ≤ r_i`` and ``e_j ≤ e_i``
+    with one inequality strict; equal points do not dominate each other. Points
+    with a non-finite coordinate are never on the front and dominate nothing.
+    """
+    r = np.asarray(runtime, dtype=float)
+    e = np.asarray(error, dtype=float)
+    if r.shape != e.shape or r.ndim != 1:
+        raise ValueError(f"runtime {r.shape} and error {e.shape} must be 1-D of one length")
+    ok = np.isfinite(r) & np.isfinite(e)
+    # O(n²) memory: fine for the hundreds of runs of a sweep, and obviously right.
+    rj, ri = r[ok][:, None], r[ok][None, :]
+    ej, ei = e[ok][:, None], e[ok][None, :]
+    dominated = ((rj <= ri) & (ej <= ei) & ((rj < ri) | (ej < ei))).any(axis=0)
+    mask = np.zeros(r.shape, dtype=bool)
+    mask[np.flatnonzero(ok)] = ~dominated
+    return mask
+
+
+def pareto_by_equation(df: pd.DataFrame) -> np.ndarray:
+    """:func:`pareto_front` of ``(runtime_s, global_rel_l2)`` within each equation of a
+    :func:`tidy` frame: errors of different PDEs are not comparable."""
+    mask = np.zeros(len(df), dtype=bool)
+    for rows in df.groupby("equation", sort=False).indices.values():
+        mask[rows] = pareto_front(df["runtime_s"].iloc[rows], df["global_rel_l2"].iloc[rows])
+    return mask
+
+
+def fit_power_law(dt: Sequence[float], err: Sequence[float]) -> PowerLaw:
+    """Least-squares fit of ``log err = slope · log dt + log prefactor``.
+
+    Points with a non-positive or non-finite ``dt`` or ``err`` are left out;
+    fewer than two distinct ``dt`` give ``nan``.
+    """
+    x = np.asarray(dt, dtype=float)
+    y = np.asarray(err, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    x, y = np.log(x[keep]), np.log(y[keep])
+    if np.unique(x).size < 2:
+        return PowerLaw(float("nan"), float("nan"))
+    slope, intercept = np.polyfit(x, y, 1)
+    return PowerLaw(float(slope), float(np.exp(intercept)))
+
+
+def fit_slope(dt: Sequence[float], err: Sequence[float]) -> float:
+    """Observed order: the least-squares slope ``p`` of ``log err`` against ``log dt``."""
+    return fit_power_law(dt, err).slope
+
+
+def select_jobs(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The FINISHED job runs of a ``search_runs`` frame, and how many others were dropped.
+
+    Jobs are runs tagged ``run_kind=job`` or with no ``run_kind`` (older runs);
+    sweep parents and analysis runs are not jobs. The count is of jobs whose
+    status is not FINISHED (failed, killed or still running).
+    """
+    kind = runs["tags.run_kind"] if "tags.run_kind" in runs else pd.Series(np.nan, runs.index)
+    jobs = runs[kind.isna() | (kind == "job")]
+    finished = jobs["status"] == "FINISHED"
+    return jobs[finished].copy(), int((~finished).sum())
+
+
+def tidy(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: ``run_id``, ``experiment_id``, every param by its own name
+    (numbers parsed where every value is one), and the scalar metrics.
+
+    ``method`` and ``equation`` fall back to the tags of the same name where the
+    params lack them.
+    """
+    out = pd.DataFrame({"run_id": runs["run_id"], "experiment_id": runs["experiment_id"]})
+    for col in runs.columns:
+        if col.startswith("params."):
+            out[col.removeprefix("params.")] = _parsed(runs[col])
+    for name in ("method", "equation"):
+        tag = runs.get(f"tags.{name}")
+        if tag is not None:
+            out[name] = out[name].fillna(tag) if name in out else tag
+        elif name not in out:
+            out[name] = "?"
+    for name in METRICS:
+        col = f"metrics.{name}"
+        out[name] = runs[col].astype(float) if col in runs else np.nan
+    return out.reset_index(drop=True)
+
+
+def _parsed(values: pd.Series) -> pd.Series:
+    numbers = pd.to_numeric(values, errors="coerce")
+    # Only a column that is numbers throughout becomes numeric: "true"/"null" stay text.
+    return numbers if numbers.notna().all() else values
+
+
+def varied_axes(df: pd.DataFrame) -> list[str]:
+    """Config params that take more than one value across the runs of ``df``.
+
+    ``df`` is a :func:`tidy` frame. Bookkeeping params are ignored, and so is a
+    param fixed by the axes kept before it (``method.name`` by ``method``,
+    ``equation.nu`` by ``equation``); ``method``, ``equation``, ``dt`` come
+    first, then the rest sorted with the short (top-level) names ahead.
+    """
+    skip = BOOKKEEPING | {"run_id", "experiment_id", "pareto", *METRICS}
+    candidates = [c for c in df.columns if c not in skip]
+    order = [c for c in LEADING if c in candidates]
+    order += sorted((c for c in candidates if c not in LEADING), key=lambda c: (c.count("."), c))
+    filled = df[order].astype(str)
+    kept: list[str] = []
+    for col in order:
+        if filled[col].nunique() < 2:
+            continue
+        if kept and filled.groupby(kept)[col].nunique().max() < 2:
+            continue
+        kept.append(col)
+    return kept
+
+
+def summary_table(df: pd.DataFrame, axes: Sequence[str] | None = None) -> pd.DataFrame:
+    """Table 1 of the paper, one row per (method, equation, other varied axes).
+
+    Repeats (runs equal on every axis but ``seed``) are merged: the columns
+    ``global_rel_l2`` and ``runtime_s`` hold their medians, ``n_runs`` their count.
+    """
+    axes = varied_axes(df) if axes is None else list(axes)
+    keys = group_keys(axes)
+    table = (
+        df.groupby(keys, sort=False, dropna=False)
+        .agg(global_rel_l2=("global_rel_l2", "median"), runtime_s=("runtime_s", "median"),
+             n_runs=("run_id", "size"))
+        .reset_index()
+    )
+    return table.sort_values(keys[1::-1] + keys[2:], kind="stable").reset_index(drop=True)
+
+
+def group_keys(axes: Sequence[str], drop: Sequence[str] = ("seed",)) -> list[str]:
+    """``method``, ``equation`` and the other ``axes`` except ``drop``: what a group is."""
+    return ["method", "equation"] + [a for a in axes if a not in ("method", "equation", *drop)]
+
+
+def label(row: pd.Series | dict, keys: Sequence[str]) -> str:
+    """``"teng_heun iters=3 subsample=256"``: the method then ``key=value`` for the rest
+    (``equation`` by name)."""
+    parts = [str(row["method"])] if "method" in keys else []
+    parts += [str(row[k]) if k == "equation" else f"{k}={row[k]}" for k in keys if k != "method"]
+    return " ".join(parts)
+
+
+def table_markdown(table: pd.DataFrame) -> str:
+    """``table`` as a GitHub markdown table: errors as ``1.588e-06``, runtimes to 4 digits."""
+    cols = list(table.columns)
+    head = {"global_rel_l2": "global rel. L² error", "runtime_s": "runtime (s)", "n_runs": "runs"}
+    lines = ["| " + " | ".join(head.get(c, c) for c in cols) + " |",
+             "|" + "|".join("---:" if c in head else "---" for c in cols) + "|"]
+    for _, row in table.iterrows():
+        cells = [_cell(c, row[c]) for c in cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(col: str, value) -> str:
+    if col in ("global_rel_l2", "runtime_s"):
+        if not np.isfinite(value):
+            return "–"
+        return f"{value:.3e}" if col == "global_rel_l2" else f"{value:.4g}"
+    return str(value)
+
+
+def write_table(table: pd.DataFrame, folder: Path) -> tuple[Path, Path]:
+    """``table.md`` and ``table.csv`` (full precision) in ``folder``."""
+    folder = Path(folder)
+    md, csv = folder / "table.md", folder / "table.csv"
+    md.write_text(table_markdown(table))
+    table.to_csv(csv, index=False)
+    return md, csv
