@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,3 +29,28 @@ def compose_config():
 def cache_dir(tmp_path_factory) -> Path:
     """θ₀ and reference cache shared by the tests of one session (never ~/.cache)."""
     return tmp_path_factory.mktemp("teng-cache")
+
+
+# A sweep job small enough for the suite: band-limited IC, 32² grid, 4 steps at dt=0.02.
+TINY = ["equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "t_final=0.08", "progress=false"]
+
+
+def run_sweep(tmp_path, uri, cache_dir, *overrides, multirun=True, timeout=900):
+    """Run pipeline/sweep.py on the tiny problem in a subprocess; the finished process."""
+    cmd = [sys.executable, str(ROOT / "pipeline" / "sweep.py"), *(["-m"] if multirun else []),
+           *TINY, f"tracking_uri={uri}", f"cache_dir={cache_dir}",
+           f"hydra.sweep.dir={tmp_path / 'multirun'}", f"hydra.run.dir={tmp_path / 'outputs'}",
+           *overrides]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    env.pop("TENG_EQ_PARENT_RUN", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def all_runs(uri):
+    """Every run of the store at ``uri``, across experiments."""
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])

@@ -1,43 +1,145 @@
-"""pipeline/sweep.py end to end: a 2-job multirun into a fresh MLflow store."""
+"""pipeline/sweep.py end to end: a multirun is one parent MLflow run with a child
+per job, each child holding every metric and artifact; analyze.py reads it back."""
 
-import os
+import math
 import subprocess
 import sys
 
-import mlflow
+import jax
 import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
-from conftest import ROOT
+from conftest import ROOT, all_runs, run_sweep
+from teng_eq.analysis import pareto_front
+from teng_eq.config import RunConfig
+from teng_eq.equations import make_equation
+from teng_eq.grid import grid_points
+from teng_eq.metrics import relative_l2
+from teng_eq.reference import reference_solution
+from teng_eq.simulation import load_network
+
+ARTIFACTS = {
+    "config/config.yaml", "config/.hydra/config.yaml", "config/.hydra/hydra.yaml",
+    "config/.hydra/overrides.yaml", "plots/error.png", "plots/loss_iterations.png",
+    "plots/density.png", "tables/losses.csv", "params/theta.eqx",
+}
 
 
-def test_multirun_logs_one_finished_run_per_job(tmp_path, cache_dir):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [
-        sys.executable, str(ROOT / "pipeline" / "sweep.py"), "-m", "dt=0.02,0.04",
-        "equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "t_final=0.08",
-        f"tracking_uri={uri}", f"cache_dir={cache_dir}", "progress=false",
-        f"hydra.sweep.dir={tmp_path / 'multirun'}",
-    ]
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def _artifacts(client, run_id, path=None):
+    out = set()
+    for a in client.list_artifacts(run_id, path):
+        out |= _artifacts(client, run_id, a.path) if a.is_dir else {a.path}
+    return out
 
-    client = mlflow.tracking.MlflowClient(uri)
-    exp = client.get_experiment_by_name("heat")
-    runs = client.search_runs([exp.experiment_id])
-    assert sorted(r.data.params["dt"] for r in runs) == ["0.02", "0.04"]
-    for r in runs:
+
+def _history(client, run_id, key):
+    return sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
+
+
+@pytest.fixture(scope="module")
+def sweep_store(tmp_path_factory, cache_dir):
+    tmp = tmp_path_factory.mktemp("sweep")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    run_sweep(tmp, uri, cache_dir, "dt=0.02,0.04", "iters=3,7")
+    return tmp, uri
+
+
+def test_multirun_is_one_parent_with_a_child_per_job(sweep_store):
+    _, uri = sweep_store
+    runs = all_runs(uri)
+    (parent,) = [r for r in runs if r.data.tags.get("run_kind") == "sweep"]
+    jobs = [r for r in runs if r.data.tags.get("run_kind") == "job"]
+    assert len(runs) == 5 and len(jobs) == 4
+    assert parent.info.status == "FINISHED" and parent.data.metrics["n_jobs"] == 4
+    assert parent.data.tags["sweep_overrides"].endswith("dt=0.02,0.04 iters=3,7")
+    assert parent.data.tags["sweep_dir"].endswith("multirun")
+    assert {r.data.tags["job_num"] for r in jobs} == {"0", "1", "2", "3"}
+    assert {(r.data.params["dt"], r.data.params["iters"]) for r in jobs} == {
+        ("0.02", "3"), ("0.02", "7"), ("0.04", "3"), ("0.04", "7")}
+    assert len({r.data.tags["config_hash"] for r in jobs}) == 4
+    for r in jobs:
+        t = r.data.tags
         assert r.info.status == "FINISHED"
-        n_steps = round(0.08 / float(r.data.params["dt"]))
-        assert r.data.params["method"] == "teng_heun" and r.data.params["equation.nu"] == "0.1"
-        err = client.get_metric_history(r.info.run_id, "rel_l2")
-        assert [m.step for m in sorted(err, key=lambda m: m.step)] == list(range(n_steps + 1))
-        losses = [m.value for m in client.get_metric_history(r.info.run_id, "step_loss")]
-        assert len(losses) == n_steps and np.median(losses) < 1e-11
-        wall = sorted(client.get_metric_history(r.info.run_id, "wall_time_s"), key=lambda m: m.step)
+        assert t["mlflow.parentRunId"] == parent.info.run_id
+        assert f"dt={r.data.params['dt']}" in t["hydra_overrides"].split()
+        assert f"iters={r.data.params['iters']}" in t["hydra_overrides"].split()
+        assert len(t["git_commit"]) == 40 and t["git_dirty"] in ("True", "False")
+        assert t["jax_version"] == jax.__version__ and t["device"].startswith("cpu")
+
+
+def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir, tmp_path):
+    _, uri = sweep_store
+    client = MlflowClient(uri)
+    for r in (r for r in all_runs(uri) if r.data.tags.get("run_kind") == "job"):
+        rid, p, m = r.info.run_id, r.data.params, r.data.metrics
+        dt, iters = float(p["dt"]), int(p["iters"])
+        n = round(0.08 / dt)
+        err = _history(client, rid, "rel_l2")
+        loss = _history(client, rid, "step_loss")
+        wall = _history(client, rid, "wall_time_s")
+        assert [x.step for x in err] == list(range(n + 1))
+        assert [x.step for x in loss] == [x.step for x in wall] == list(range(1, n + 1))
         assert all(a.value < b.value for a, b in zip(wall, wall[1:]))
-        m = r.data.metrics
-        assert m["global_rel_l2"] < 1e-4 and m["runtime_s"] > 0 and m["compile_s"] > 0
-        names = {a.path for a in client.list_artifacts(r.info.run_id, "plots")}
-        names |= {a.path for a in client.list_artifacts(r.info.run_id, "config")}
-        assert names == {"plots/error.png", "config/config.yaml"}
+        assert np.median([x.value for x in loss]) < 1e-11
+        assert m["final_rel_l2"] == err[-1].value and m["global_rel_l2"] < 1e-5
+        assert m["runtime_s"] > 0 and m["compile_s"] > 0 and 0 < m["tracking_s"] < m["job_s"]
+        assert _artifacts(client, rid) == ARTIFACTS
+
+        # Per-iteration table: Heun = a stage of `iters` and one of `iters_later`
+        # iterations, each row the loss before that iteration plus the final one.
+        table = pd.read_csv(client.download_artifacts(rid, "tables/losses.csv", str(tmp_path)))
+        assert list(table.columns) == ["step", "t", "stage", "iteration", "loss", "lsq"]
+        assert len(table) == n * (iters + 1 + int(p["iters_later"]) + 1)
+        last = table.groupby("step").tail(1)
+        np.testing.assert_allclose(last["loss"], [x.value for x in loss], rtol=1e-12)
+        np.testing.assert_allclose(last["t"], np.arange(1, n + 1) * dt, rtol=1e-9)
+
+        # θ read back from params/theta.eqx reproduces the logged final error.
+        cfg = RunConfig.from_mapping(OmegaConf.to_container(OmegaConf.load(
+            client.download_artifacts(rid, "config/config.yaml", str(tmp_path))), resolve=True))
+        net = load_network(cfg, client.download_artifacts(rid, "params/theta.eqx", str(tmp_path)))
+        eq = make_equation(cfg.equation, cfg.nu, cfg.lengths)
+        ref = reference_solution(eq, np.arange(n + 1) * dt, cache_dir=cache_dir,
+                                 initial_condition=cfg.initial_condition)
+        u = jax.vmap(net)(grid_points(cfg.eval_grid, cfg.lengths))
+        assert math.isclose(float(relative_l2(u, ref.at(n, cfg.eval_grid).ravel())),
+                            m["final_rel_l2"], rel_tol=1e-8)
+
+
+def test_analyze_tabulates_the_sweep_from_its_own_mlflow_data(sweep_store):
+    tmp, uri = sweep_store
+    out = tmp / "report"
+    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "analyze.py"), f"tracking_uri={uri}",
+                           f"out={out}"], capture_output=True, text=True, timeout=300, cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("error_vs_runtime.png", "error_vs_dt.png", "error_vs_time.png", "table.md", "table.csv"):
+        assert (out / name).stat().st_size > 0
+    jobs = {(float(r.data.params["dt"]), int(r.data.params["iters"])): r
+            for r in all_runs(uri) if r.data.tags.get("run_kind") == "job"}
+    table = pd.read_csv(out / "table.csv")
+    assert len(table) == 4
+    for _, row in table.iterrows():
+        m = jobs[(row["dt"], row["iters"])].data.metrics
+        assert row["global_rel_l2"] == pytest.approx(m["global_rel_l2"], rel=1e-12)
+        assert row["runtime_s"] == pytest.approx(m["runtime_s"], rel=1e-12)
+    runs = pd.read_csv(out / "runs.csv")
+    runtime, error = (np.array([jobs[(r.dt, r.iters)].data.metrics[k] for r in runs.itertuples()])
+                      for k in ("runtime_s", "global_rel_l2"))
+    brute = [not any(runtime[j] <= runtime[i] and error[j] <= error[i]
+                     and (runtime[j] < runtime[i] or error[j] < error[i]) for j in range(len(runs)))
+             for i in range(len(runs))]
+    assert list(runs["pareto"]) == brute == list(pareto_front(runtime, error))
+    (analysis_run,) = [r for r in all_runs(uri) if r.data.tags.get("run_kind") == "analysis"]
+    assert analysis_run.info.status == "FINISHED"
+
+
+def test_single_job_is_a_plain_run(tmp_path, cache_dir):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_sweep(tmp_path, uri, cache_dir, "dt=0.04", multirun=False)
+    (r,) = all_runs(uri)
+    assert r.info.status == "FINISHED" and r.data.tags["run_kind"] == "job"
+    assert "mlflow.parentRunId" not in r.data.tags and "job_num" not in r.data.tags
+    assert r.data.tags["hydra_overrides"].split()[0] == "equation.initial_condition=sines2d"

@@ -66,7 +66,7 @@ def loss_iterations(path: Path, table, steps, step_loss=None, times=None, title:
         ax.set_title("final loss of each step")
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(title)
-    fig.subplots_adjust(**{**_MARGINS, "left": 0.06, "wspace": 0.35})
+    fig.subplots_adjust(**{**_MARGINS, "left": 0.06, "wspace": 0.35, "top": 0.78})
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
@@ -86,7 +86,8 @@ def density(path: Path, snapshots, times, lengths, title: str = "") -> Path:
         lo, hi = float(np.min(ref)), float(np.max(ref))
         for row, (field, label) in enumerate(((ref, "reference"), (teng, "TENG"), (teng - ref, "TENG − reference"))):
             ax = axes[row, col]
-            kwargs = {"vmin": lo, "vmax": hi} if row < 2 else {"cmap": "RdBu_r"}
+            worst = float(np.max(np.abs(teng - ref))) or 1.0
+            kwargs = {"vmin": lo, "vmax": hi} if row < 2 else {"cmap": "RdBu_r", "vmin": -worst, "vmax": worst}
             # field[i, j] = u(x_i, y_j): transpose so that x runs along the horizontal axis.
             im = ax.imshow(np.asarray(field).T, origin="lower", extent=extent, aspect="equal", **kwargs)
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, format="%.1e" if row == 2 else None)
@@ -96,7 +97,7 @@ def density(path: Path, snapshots, times, lengths, title: str = "") -> Path:
                 ax.set_ylabel(label)
         axes[0, col].set_title(f"t = {times[n]:.4g}")
     fig.suptitle(title)
-    fig.subplots_adjust(left=0.05, right=0.95, bottom=0.02, top=0.92, wspace=0.35, hspace=0.12)
+    fig.subplots_adjust(left=0.05, right=0.93, bottom=0.02, top=0.92, wspace=0.35, hspace=0.12)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return Path(path)
