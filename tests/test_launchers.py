@@ -12,9 +12,8 @@ import urllib.request
 
 import numpy as np
 import pytest
-from mlflow.tracking import MlflowClient
-
 from conftest import all_runs, run_sweep
+from mlflow.tracking import MlflowClient
 
 
 def _check_sweep(uri, n_jobs=2):

@@ -11,11 +11,12 @@ import pytest
 from conftest import ROOT
 
 
-def _sweep(tmp_path, *overrides):
+def _sweep(tmp_path, *overrides, flags=()):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "pipeline" / "sweep.py"), f"tracking_uri={uri}", *overrides],
+        [sys.executable, str(ROOT / "pipeline" / "sweep.py"), *flags, f"tracking_uri={uri}",
+         f"hydra.sweep.dir={tmp_path / 'multirun'}", *overrides],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
     )
     return proc, uri
@@ -48,3 +49,12 @@ def test_bad_config_one_line_no_run(tmp_path, override, needle):
     if (tmp_path / "mlflow.db").exists():
         assert all(r.info.status != "RUNNING" for r in _runs(uri))
         assert _runs(uri) == []
+
+
+def test_sweep_stopped_by_a_bad_job_leaves_its_parent_failed(tmp_path):
+    proc, uri = _sweep(tmp_path, "dt=-1,0.02", flags=["-m"])
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: invalid config: dt=-1")
+    (parent,) = _runs(uri)  # the second job never started
+    assert parent.data.tags["run_kind"] == "sweep" and parent.info.status == "FAILED"
+    assert parent.data.tags["failure_reason"] == "the sweep stopped before all its jobs returned"

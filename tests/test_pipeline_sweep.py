@@ -9,10 +9,10 @@ import jax
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT, all_runs, run_sweep
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from conftest import ROOT, all_runs, run_sweep
 from teng_eq.analysis import pareto_front
 from teng_eq.config import RunConfig
 from teng_eq.equations import make_equation

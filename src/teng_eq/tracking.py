@@ -254,10 +254,11 @@ class SweepCallback:
         atexit.register(self.close)
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        self.close()
+        self.close(complete=True)
 
-    def close(self) -> None:
-        """End the parent run from its children's statuses (once)."""
+    def close(self, complete: bool = False) -> None:
+        """End the parent run (once). Hydra calls ``on_multirun_end`` only when
+        every job returned; any other exit reaches here through ``atexit``."""
         if self.run_id is None:
             return
         run_id, self.run_id = self.run_id, None
@@ -266,12 +267,14 @@ class SweepCallback:
         runs = children(client, run_id)
         failed = sorted(r.data.tags.get("job_num", "?") for r in runs if r.info.status != "FINISHED")
         client.log_batch(run_id, metrics=[Metric("n_jobs", len(runs), int(time.time() * 1000), 0)])
-        if failed or not runs:
-            reason = f"jobs not finished: {', '.join(failed)}" if runs else "no job ran"
-            client.set_tag(run_id, "failure_reason", reason)
-            client.set_terminated(run_id, status="FAILED")
-        else:
+        if complete and runs and not failed:
             client.set_terminated(run_id, status="FINISHED")
+            return
+        reason = "the sweep stopped before all its jobs returned" if not complete else "no job ran"
+        if failed:
+            reason = f"jobs not finished: {', '.join(failed)}"
+        client.set_tag(run_id, "failure_reason", reason)
+        client.set_terminated(run_id, status="FAILED")
 
     def on_run_start(self, config, **kwargs) -> None:
         pass
