@@ -34,6 +34,7 @@ from teng_eq.simulation import run_simulation, save_network
 from teng_eq.tracking import (
     PARENT_RUN_ENV,
     artifact_root_for,
+    check_store,
     default_tracking_uri,
     device_description,
     flatten,
@@ -101,6 +102,10 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as err:
         sys.exit(f"error: {err}")
     uri = cfg.tracking_uri or default_tracking_uri(ROOT)
+    try:
+        check_store(uri)
+    except ValueError as err:
+        sys.exit(f"error: {err}")
     name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     with tracked_run(uri, cfg.experiment_name, artifact_root=artifact_root_for(uri, ROOT), run_name=name,
@@ -116,8 +121,8 @@ def main(cfg: DictConfig) -> float:
                 run.metric("rel_l2", rec.rel_l2, rec.step)
                 run.metric("step_loss", rec.step_loss, rec.step)
                 run.metric("wall_time_s", rec.wall_time_s, rec.step)
-                if rec.step % 100 == 0:
-                    run.flush()
+                if rec.step == 1 or rec.step % 100 == 0:
+                    run.flush()  # the run shows up in `mlflow ui` from the first step
             bar.set_postfix_str(f"t={rec.t:.4f} err={rec.rel_l2:.2e} loss={rec.step_loss:.1e}")
             bar.update()
 

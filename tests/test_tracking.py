@@ -1,7 +1,9 @@
+import socket
+
 import mlflow
 import pytest
 
-from teng_eq.tracking import default_tracking_uri, flatten, tracked_run
+from teng_eq.tracking import check_store, default_tracking_uri, flatten, tracked_run
 
 
 def _client(tmp_path):
@@ -38,3 +40,23 @@ def test_failed_run_is_marked_with_reason(tmp_path):
     assert r.info.status == "FAILED"
     assert r.data.tags["failure_reason"] == "FloatingPointError: loss is NaN at step 3"
     assert r.data.metrics["rel_l2"] == 1.0
+
+
+def test_unreachable_store_is_refused_before_any_run(tmp_path):
+    missing = f"sqlite:///{tmp_path / 'no' / 'such' / 'mlflow.db'}"
+    with pytest.raises(ValueError, match=r"^tracking_uri=sqlite:///.*: folder .* does not exist$"):
+        check_store(missing)
+    with socket.socket() as s:  # a port nobody listens on once this block closes it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ValueError, match=rf"^tracking_uri=http://127.0.0.1:{port}: no MLflow server answers"):
+        check_store(f"http://127.0.0.1:{port}")
+    check_store(default_tracking_uri(tmp_path))  # an existing folder is fine
+
+
+def test_body_error_wins_when_the_run_cannot_be_opened(tmp_path):
+    # The run is opened in the background; if that fails too, the caller still
+    # sees its own exception, not the store's.
+    with pytest.raises(KeyError, match="boom"):
+        with tracked_run(f"sqlite:///{tmp_path / 'no' / 'mlflow.db'}", "exp"):
+            raise KeyError("boom")

@@ -74,36 +74,41 @@ def loss_iterations(path: Path, table, steps, step_loss=None, times=None, title:
 
 def density(path: Path, snapshots, times, lengths, title: str = "") -> Path:
     """Reference, TENG and their difference as 2-D density plots at a few times
-    (paper Fig. burgers_color); ``snapshots`` maps step → (TENG, reference)."""
+    (paper Fig. burgers_color); ``snapshots`` maps step → (TENG, reference).
+    Each row shares one colour scale (the difference's symmetric about 0), so
+    the times compare at a glance."""
     steps = sorted(snapshots)
-    fig, axes = plt.subplots(3, len(steps), figsize=(3.0 * len(steps), 8.4), squeeze=False)
+    # A panel is ~250 px wide: more points than that only slow the drawing.
+    fields = {}
+    for n in steps:
+        teng, ref = (np.asarray(f) for f in snapshots[n])
+        stride = max(1, ref.shape[0] // 128)
+        fields[n] = (ref[::stride, ::stride], teng[::stride, ::stride])
+    lo = min(float(np.min(f[0])) for f in fields.values())
+    hi = max(float(np.max(f[0])) for f in fields.values())
+    worst = max(float(np.max(np.abs(f[1] - f[0]))) for f in fields.values()) or 1.0
+    scales = ({"vmin": lo, "vmax": hi}, {"vmin": lo, "vmax": hi},
+              {"vmin": -worst, "vmax": worst, "cmap": "RdBu_r"})
+    fig, axes = plt.subplots(3, len(steps), figsize=(2.6 * len(steps) + 1.0, 7.8), squeeze=False)
     extent = (0.0, float(lengths[0]), 0.0, float(lengths[1]))
     for col, n in enumerate(steps):
-        teng, ref = (np.asarray(f) for f in snapshots[n])
-        # A panel is ~250 px wide: more points than that only slow the drawing.
-        stride = max(1, ref.shape[0] // 128)
-        teng, ref = teng[::stride, ::stride], ref[::stride, ::stride]
-        lo, hi = float(np.min(ref)), float(np.max(ref))
-        for row, (field, label) in enumerate(((ref, "reference"), (teng, "TENG"), (teng - ref, "TENG − reference"))):
+        ref, teng = fields[n]
+        for row, field in enumerate((ref, teng, teng - ref)):
             ax = axes[row, col]
-            worst = float(np.max(np.abs(teng - ref))) or 1.0
-            kwargs = {"vmin": lo, "vmax": hi} if row < 2 else {"cmap": "RdBu_r", "vmin": -worst, "vmax": worst}
             # field[i, j] = u(x_i, y_j): transpose so that x runs along the horizontal axis.
-            im = ax.imshow(np.asarray(field).T, origin="lower", extent=extent, aspect="equal", **kwargs)
-            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, format="%.1e" if row == 2 else None)
+            ax.imshow(field.T, origin="lower", extent=extent, aspect="equal", **scales[row])
             ax.set_xticks([])
             ax.set_yticks([])
-            if col == 0:
-                ax.set_ylabel(label)
         axes[0, col].set_title(f"t = {times[n]:.4g}")
+    for row, label in enumerate(("reference", "TENG", "TENG − reference")):
+        axes[row, 0].set_ylabel(label)
+        fig.colorbar(axes[row, -1].images[0], ax=list(axes[row]), fraction=0.03, pad=0.02,
+                     format="%.1e" if row == 2 else None)
     fig.suptitle(title)
-    fig.subplots_adjust(left=0.05, right=0.93, bottom=0.02, top=0.92, wspace=0.35, hspace=0.12)
+    fig.subplots_adjust(left=0.05, right=0.86, bottom=0.02, top=0.92, wspace=0.08, hspace=0.1)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return Path(path)
-
-
-# --- Figures across runs (pipeline/analyze.py) --------------------------------
 
 
 def _panels(n: int, width: float = 5.5, height: float = 4.2):

@@ -19,7 +19,9 @@ import os
 import platform
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import mlflow
@@ -100,16 +102,30 @@ def flatten(mapping: Mapping, prefix: str = "") -> dict[str, str]:
 
 
 class RunLogger:
-    """Buffers step metrics of one run and writes them with ``log_batch``.
+    """One run's logger: params, tags and metrics are buffered and written with
+    ``log_batch`` at each :meth:`flush`.
 
-    ``seconds`` adds up the time spent in its calls and in :meth:`timed` blocks:
-    the tracking overhead of the run.
+    The run is opened in a background thread (``opening``), so that creating the
+    store's connection, and the run, overlaps the caller's own start-up (θ₀,
+    compilation) instead of adding to it. ``seconds`` adds up the time the
+    caller spends in its calls and in :meth:`timed` blocks: the tracking
+    overhead of the run.
     """
 
-    def __init__(self, client: MlflowClient, run_id: str):
-        self.client, self.run_id = client, run_id
+    def __init__(self, opening: Future):
+        self._opening = opening
         self.seconds = 0.0
-        self._pending: list[Metric] = []
+        self._metrics: list[Metric] = []
+        self._params: list[Param] = []
+        self._tags: list[RunTag] = []
+
+    @property
+    def client(self) -> MlflowClient:
+        return self._opening.result()[0]
+
+    @property
+    def run_id(self) -> str:
+        return self._opening.result()[1]
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
@@ -121,35 +137,61 @@ class RunLogger:
             self.seconds += time.perf_counter() - start
 
     def params(self, params: Mapping[str, str]) -> None:
-        with self.timed():
-            items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-            for i in range(0, len(items), _BATCH_PARAMS):
-                self.client.log_batch(self.run_id, params=items[i : i + _BATCH_PARAMS])
+        self._params += [Param(k, str(v)[:6000]) for k, v in params.items()]
 
     def tags(self, tags: Mapping[str, str]) -> None:
-        with self.timed():
-            self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self._tags += [RunTag(k, str(v)) for k, v in tags.items()]
 
     def metric(self, name: str, value: float, step: int = 0) -> None:
-        self._pending.append(Metric(name, float(value), int(time.time() * 1000), int(step)))
+        self._metrics.append(Metric(name, float(value), int(time.time() * 1000), int(step)))
 
     def curve(self, name: str, steps, values) -> None:
         now = int(time.time() * 1000)
-        self._pending += [Metric(name, float(v), now, int(s)) for s, v in zip(steps, values)]
+        self._metrics += [Metric(name, float(v), now, int(s)) for s, v in zip(steps, values)]
 
     def flush(self) -> None:
+        """Write everything buffered (waits for the run to be open)."""
         with self.timed():
-            pending, self._pending = self._pending, []
-            for i in range(0, len(pending), _BATCH_METRICS):
-                self.client.log_batch(self.run_id, metrics=pending[i : i + _BATCH_METRICS])
+            client, run_id = self._opening.result()
+            params, self._params = self._params, []
+            tags, self._tags = self._tags, []
+            metrics, self._metrics = self._metrics, []
+            for i in range(0, len(params), _BATCH_PARAMS):
+                client.log_batch(run_id, params=params[i : i + _BATCH_PARAMS])
+            if tags:
+                client.log_batch(run_id, tags=tags)
+            for i in range(0, len(metrics), _BATCH_METRICS):
+                client.log_batch(run_id, metrics=metrics[i : i + _BATCH_METRICS])
 
     def artifact(self, path: Path, folder: str | None = None) -> None:
         with self.timed():
+            client, run_id = self._opening.result()
             path = Path(path)
             if path.is_dir():
-                self.client.log_artifacts(self.run_id, str(path), folder)
+                client.log_artifacts(run_id, str(path), folder)
             else:
-                self.client.log_artifact(self.run_id, str(path), folder)
+                client.log_artifact(run_id, str(path), folder)
+
+
+def check_store(tracking_uri: str) -> None:
+    """Fail fast, before any compute, on a store that cannot be reached: a
+    ``sqlite:///`` file whose folder is missing, or a server that does not answer."""
+    if tracking_uri.startswith("sqlite:///"):
+        folder = Path(tracking_uri.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise ValueError(f"tracking_uri={tracking_uri}: folder {folder} does not exist")
+    elif tracking_uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=10):
+                pass
+        except OSError as err:
+            raise ValueError(f"tracking_uri={tracking_uri}: no MLflow server answers ({err})") from None
+
+
+def _open_run(tracking_uri, experiment, artifact_root, run_name, tags) -> tuple[MlflowClient, str]:
+    client = MlflowClient(tracking_uri)
+    exp_id = ensure_experiment(client, experiment, artifact_root)
+    return client, client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
 
 
 @contextlib.contextmanager
@@ -163,27 +205,34 @@ def tracked_run(
     parent_run_id: str | None = None,
 ) -> Iterator[RunLogger]:
     """An MLflow run that ends FINISHED, or FAILED with ``failure_reason`` set;
-    a child of ``parent_run_id`` when given (it may live in another experiment)."""
-    start = time.perf_counter()
-    client = MlflowClient(tracking_uri)
-    exp_id = ensure_experiment(client, experiment, artifact_root)
+    a child of ``parent_run_id`` when given (it may live in another experiment).
+
+    The run is created in the background (see :class:`RunLogger`); an error in
+    doing so surfaces at the first flush, or on leaving the block.
+    """
     tags = {k: str(v) for k, v in (tags or {}).items()}
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(exp_id, run_name=run_name, tags=tags)
-    logger = RunLogger(client, run.info.run_id)
-    logger.seconds = time.perf_counter() - start
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlflow-open")
+    opening = pool.submit(_open_run, tracking_uri, experiment, artifact_root, run_name, tags)
+    pool.shutdown(wait=False)
+    logger = RunLogger(opening)
     try:
         yield logger
         logger.flush()
     except BaseException as exc:
+        try:
+            client, run_id = opening.result()
+        except Exception:
+            raise exc from None  # no run was made: nothing to mark
         reason = f"{type(exc).__name__}: {exc}".strip()[:4000]
         with contextlib.suppress(Exception):
             logger.flush()
-            client.set_tag(run.info.run_id, "failure_reason", reason)
-        client.set_terminated(run.info.run_id, status="FAILED")
+            client.set_tag(run_id, "failure_reason", reason)
+        client.set_terminated(run_id, status="FAILED")
         raise
-    client.set_terminated(run.info.run_id, status="FINISHED")
+    client, run_id = opening.result()
+    client.set_terminated(run_id, status="FINISHED")
 
 
 def _config_root(config) -> Path:
