@@ -330,3 +330,14 @@ def test_report_groups_by_the_swept_axes(tmp_path):
     assert slopes["group"].tolist()[:2] == ["teng_heun iters=3 subsample=256",
                                             "teng_heun iters=3 subsample=512"]
     assert slopes["slope"].isna().all() and (slopes["n_runs"] == 2).all()
+
+
+def test_method_by_equation_is_the_papers_table_layout():
+    table = pd.DataFrame({
+        "method": ["teng_euler", "teng_heun", "teng_heun"], "equation": ["heat", "heat", "burgers"],
+        "global_rel_l2": [3.0e-4, 1.5e-6, 2.25e-6], "runtime_s": [10.0, 20.0, 30.5], "n_runs": [1, 1, 2],
+    })
+    wide = analysis.method_by_equation(table)
+    assert list(wide.columns) == ["method", "heat", "burgers"]
+    assert wide.set_index("method").loc["teng_heun"].tolist() == ["1.500e-06 (20 s)", "2.250e-06 (30.5 s)"]
+    assert wide.set_index("method").loc["teng_euler", "burgers"] == "–"
