@@ -48,7 +48,7 @@ def loss_iterations(path: Path, table, steps, step_loss=None, times=None, title:
     table = np.asarray(table)
     steps = list(steps)
     panels = len(steps) + (step_loss is not None)
-    fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels, 3.2), squeeze=False, sharey=False)
+    fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels, 3.2), squeeze=False, sharey=True)
     for ax, n in zip(axes[0], steps):
         rows = table[table[:, 0] == n]
         for stage in np.unique(rows[:, 2]).astype(int):
@@ -56,7 +56,7 @@ def loss_iterations(path: Path, table, steps, step_loss=None, times=None, title:
             ax.semilogy(r[:, 3], r[:, 4], "o-", ms=3, label=f"stage {stage + 1}")
         ax.set_title(f"step {n} (t = {rows[0, 1]:.4g})" if len(rows) else f"step {n}")
         ax.set_xlabel("iteration")
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, alpha=0.3)
     axes[0, 0].set_ylabel("loss")
     axes[0, 0].legend(fontsize=7)
     if step_loss is not None:
@@ -64,7 +64,7 @@ def loss_iterations(path: Path, table, steps, step_loss=None, times=None, title:
         ax.semilogy(np.asarray(times)[1:], step_loss, ".", ms=2)
         ax.set_xlabel("t")
         ax.set_title("final loss of each step")
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, alpha=0.3)
     fig.suptitle(title)
     fig.subplots_adjust(**{**_MARGINS, "left": 0.06, "wspace": 0.35, "top": 0.78})
     fig.savefig(path, dpi=100)
