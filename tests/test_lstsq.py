@@ -1,7 +1,8 @@
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from teng_eq.lstsq import SOLVERS, least_squares
+from teng_eq.lstsq import SOLVERS, gram, least_squares, least_squares_rows, row_blocks
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -31,3 +32,23 @@ def test_rank_deficient_stays_finite_and_optimal(solver):
 def test_unknown_solver():
     with pytest.raises(ValueError, match="unknown solver 'lu'"):
         least_squares(np.eye(3), np.ones(3), "lu")
+
+
+def test_gram_of_row_blocks_is_exact_and_symmetric():
+    A = np.random.default_rng(2).standard_normal((300, 257))
+    blocks = [jnp.asarray(A.T[a:b]) for a, b in row_blocks(257)]
+    assert len(blocks) == 2 and sum(B.shape[0] for B in blocks) == 257
+    G = np.asarray(gram(blocks))
+    np.testing.assert_array_equal(G, G.T)
+    np.testing.assert_allclose(G, A.T @ A, rtol=1e-13, atol=1e-12 * np.abs(A.T @ A).max())
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_row_blocks_give_the_same_solution(solver):
+    rng = np.random.default_rng(3)
+    A, b = rng.standard_normal((400, 300)), rng.standard_normal(400)
+    blocks = [jnp.asarray(A.T[a:c]) for a, c in row_blocks(300, block=64)]
+    assert len(blocks) == 5
+    x_rows = np.asarray(least_squares_rows(blocks, b, solver, damping=1e-10))
+    x = np.asarray(least_squares(A, b, solver, damping=1e-10))
+    np.testing.assert_allclose(x_rows, x, rtol=1e-9, atol=1e-9 * np.abs(x).max())

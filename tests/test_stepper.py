@@ -11,7 +11,7 @@ from teng_eq import operator
 from teng_eq.config import RunConfig
 from teng_eq.lstsq import SOLVERS
 from teng_eq.simulation import prepare
-from teng_eq.stepper import Stepper
+from teng_eq.stepper import Stepper, random_subset
 
 DT = 0.005
 
@@ -53,3 +53,12 @@ def test_subset_update_touches_only_the_subset(heat_step):
     new, _, _ = stepper.iteration(p.theta0, target, jax.random.PRNGKey(5), 100)
     changed = np.flatnonzero(np.asarray(new != p.theta0))
     assert 0 < changed.size <= 100
+
+
+@pytest.mark.parametrize("n, k", [(8361, 384), (8361, 1), (1000, 999), (50, 50)])
+def test_random_subset_is_the_top_k_set(n, k):
+    for seed in range(20):
+        key = jax.random.PRNGKey(seed)
+        subset = np.asarray(random_subset(key, n, k))
+        expected = np.asarray(jax.lax.top_k(jax.random.uniform(key, (n,)), k)[1])
+        np.testing.assert_array_equal(subset, np.sort(expected))

@@ -89,32 +89,53 @@ class TENGNet(eqx.Module):
 
             G = [∂û/∂e | ∂û/∂z₁ | … | ∂û/∂z_L | ∂û/∂z_out]
             H = [1 | cos | −a sin | e | h₁ | … | h_L]
+
+        The sample-major view of :meth:`jacobian_factors_t`.
+        """
+        u, Gt, Ht = self.jacobian_factors_t(points)
+        return u, Gt.T, Ht.T
+
+    def jacobian_factors_t(
+        self, points: Float[Array, "n dim"]
+    ) -> tuple[Float[Array, " n"], Float[Array, "g n"], Float[Array, "h n"]]:
+        """``(û, Gᵀ, Hᵀ)``: :meth:`jacobian_factors` with one row per factor.
+
+        Feature-major so that the rows ``Jᵀ[p] = Gᵀ[gcol_p] ∘ Hᵀ[hcol_p]`` of a
+        subset Jacobian are contiguous row gathers, and ``JᵀJ`` a plain GEMM of
+        row-major operands (measured at 64², 384 columns: the subset Jacobian
+        1.7× faster than gathering columns of the sample-major factors).
+        The embedding uses ``cos(k x + φ) = cos(k x) cos φ − sin(k x) sin φ``: 2n + 2F
+        transcendentals instead of 2nF, exact to a few ulp.
         """
         emb = self.embedding
         n = points.shape[0]
-        ang = jax.vmap(emb.angles)(points)  # (n, dim, features)
-        cos, sin = jnp.cos(ang), jnp.sin(ang)
-        h = (emb.a * cos + emb.c).reshape(n, -1)
+        kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
+        ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
+        cphi, sphi = jnp.cos(emb.phi)[:, :, None], jnp.sin(emb.phi)[:, :, None]
+        cos = ckx * cphi - skx * sphi  # (dim, features, n)
+        sin = skx * cphi + ckx * sphi
+        h = (emb.a[:, :, None] * cos + emb.c[:, :, None]).reshape(-1, n)
         inputs = []
         for layer in self.hidden:
             inputs.append(h)
-            h = jnp.tanh(h @ layer.weight.T + layer.bias)
+            h = jnp.tanh(layer.weight @ h + layer.bias[:, None])
         inputs.append(h)
-        u = h @ self.output.weight[0] + self.output.bias[0]
-        g = jnp.ones((n, 1), u.dtype)
+        u = self.output.weight[0] @ h + self.output.bias[0]
+        g = jnp.ones((1, n), u.dtype)
         gs = [g]
         w_next = self.output.weight
         for layer, h_out in zip(reversed(self.hidden), reversed(inputs[1:])):
-            g = (g @ w_next) * (1.0 - h_out**2)
+            g = (w_next.T @ g) * (1.0 - h_out**2)
             gs.append(g)
             w_next = layer.weight
-        gs.append(g @ w_next)
-        G = jnp.concatenate(gs[::-1], axis=1)
-        H = jnp.concatenate(
-            [jnp.ones((n, 1), u.dtype), cos.reshape(n, -1), (-emb.a * sin).reshape(n, -1)] + inputs,
-            axis=1,
+        gs.append(w_next.T @ g)
+        Gt = jnp.concatenate(gs[::-1], axis=0)
+        Ht = jnp.concatenate(
+            [jnp.ones((1, n), u.dtype), cos.reshape(-1, n), (-emb.a[:, :, None] * sin).reshape(-1, n)]
+            + inputs,
+            axis=0,
         )
-        return u, G, H
+        return u, Gt, Ht
 
     def factor_columns(self) -> tuple[Int[np.ndarray, " params"], Int[np.ndarray, " params"]]:
         """Flat ``(gcol, hcol)`` index arrays for :meth:`jacobian_factors`, in the

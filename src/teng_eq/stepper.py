@@ -19,15 +19,41 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from teng_eq.lstsq import DAMPING, least_squares
+from teng_eq.lstsq import DAMPING, least_squares_rows, row_blocks
 from teng_eq.model import ParamSpace
 
 
 def random_subset(key: PRNGKeyArray, n: int, k: int) -> Int[Array, " k"]:
-    """``k`` distinct indices out of ``range(n)``, uniformly: the k largest of n
-    uniform draws (half the cost of ``jax.random.choice(..., replace=False)``,
-    which shuffles all n)."""
-    return jax.lax.top_k(jax.random.uniform(key, (n,)), k)[1]
+    """``k`` distinct indices out of ``range(n)``, uniformly, in increasing order:
+    those of the k largest of n uniform draws.
+
+    The k-th largest draw is found by bisection on its value instead of a sort
+    (``lax.top_k``): 1.0 ms against 2.3 ms for n = 8361, k = 384 on 2 cores, and
+    the same set as ``top_k``. Float64 uniforms are multiples of 2⁻⁵², so 60
+    halvings of [0, 1] leave at most one distinct draw between the bounds.
+    """
+    u = jax.random.uniform(key, (n,))
+
+    def halve(_, bounds):
+        # Invariant: #{u ≥ lo} ≥ k > #{u ≥ hi}.
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        enough = jnp.sum(u >= mid) >= k
+        return jnp.where(enough, mid, lo), jnp.where(enough, hi, mid)
+
+    lo, _ = jax.lax.fori_loop(0, 60, halve, (jnp.zeros((), u.dtype), jnp.ones((), u.dtype)))
+    return jnp.nonzero(u >= lo, size=k)[0]
+
+
+def residual(
+    rows: tuple[Float[Array, "_ n"], ...], x: Float[Array, " k"], du: Float[Array, " n"]
+) -> Float[Array, " n"]:
+    """``J x − Δu`` with ``Jᵀ`` as row blocks."""
+    out, start = -du, 0
+    for B in rows:
+        out = out + x[start : start + B.shape[0]] @ B
+        start += B.shape[0]
+    return out
 
 
 class StageLog(eqx.Module):
@@ -53,7 +79,12 @@ class Stepper(eqx.Module):
     hcol: Int[Array, " params"]
 
     def __init__(
-        self, space: ParamSpace, points, weight: float, solver: str = "qr", damping: float = DAMPING
+        self,
+        space: ParamSpace,
+        points,
+        weight: float,
+        solver: str = "qr",
+        damping: float = DAMPING,
     ):
         self.space = space
         self.points = jnp.asarray(points)
@@ -72,19 +103,37 @@ class Stepper(eqx.Module):
 
     def jacobian(
         self, theta: Float[Array, " params"], subset: Int[Array, " k"]
-    ) -> tuple[Float[Array, " n"], Float[Array, "n k"]]:
-        """``(û_θ, ∂û_θ/∂θ_S)`` on the grid, through the network's factored Jacobian."""
-        u, G, H = self.space.network(theta).jacobian_factors(self.points)
-        return u, G[:, self.gcol[subset]] * H[:, self.hcol[subset]]
+    ) -> tuple[Float[Array, " n"], Float[Array, "k n"]]:
+        """``(û_θ, Jᵀ)`` on the grid, ``Jᵀ[j, n] = ∂û_θ(xₙ)/∂θ_{S_j}``: one row per
+        drawn parameter."""
+        u, rows = self.jacobian_rows(theta, subset)
+        return u, jnp.concatenate(rows)
+
+    def jacobian_rows(
+        self, theta: Float[Array, " params"], subset: Int[Array, " k"]
+    ) -> tuple[Float[Array, " n"], tuple[Float[Array, "_ n"], ...]]:
+        """``(û_θ, Jᵀ)`` with ``Jᵀ`` as the row blocks of :func:`~teng_eq.lstsq.row_blocks`,
+        each gathered straight from the network's factored Jacobian
+        ``Jᵀ[j] = Gᵀ[gcol_{S_j}] ∘ Hᵀ[hcol_{S_j}]`` (no copy of Jᵀ is ever sliced)."""
+        u, Gt, Ht = self.space.network(theta).jacobian_factors_t(self.points)
+        g, h = self.gcol[subset], self.hcol[subset]
+        rows = tuple(Gt[g[a:b]] * Ht[h[a:b]] for a, b in row_blocks(subset.shape[0]))
+        return u, rows
+
+    def solve(
+        self, rows: tuple[Float[Array, "_ n"], ...], du: Float[Array, " n"]
+    ) -> Float[Array, " k"]:
+        """``argmin ‖J Δθ_S − Δu‖₂`` by the configured solver, ``Jᵀ`` as row blocks."""
+        return least_squares_rows(rows, du, self.solver, self.damping)
 
     def iteration(self, theta, target, key: PRNGKeyArray, n_sub: int):
         subset = random_subset(key, self.space.size, n_sub)
-        u, J = self.jacobian(theta, subset)
+        u, rows = self.jacobian_rows(theta, subset)
         du = target - u
-        step = least_squares(J, du, self.solver, self.damping)
+        step = self.solve(rows, du)
         # A failed solve must not poison θ: skip the update instead.
         step = jnp.where(jnp.all(jnp.isfinite(step)), step, 0.0)
-        res = J @ step - du
+        res = residual(rows, step, du)
         theta = theta.at[subset].add(step)
         return theta, self.weight * jnp.sum(du * du), self.weight * jnp.sum(res * res)
 

@@ -1,0 +1,225 @@
+"""Benchmark of TENG iterations and steps (a benchmark, not a test).
+
+    python pipeline/bench.py                 # the table, ≤ 10 min on 2 cores
+    python pipeline/bench.py --paper         # also a paper-size step (512², 1536/1024)
+    python pipeline/bench.py --mlflow        # also log the tables as an MLflow run
+
+Every time is a median over repeats after a JIT warm-up call. The network and
+θ₀ are the default config's (θ₀ fitted on 64², from the cache; the network is
+the same function on any grid). See docs/performance.md for the results.
+"""
+
+from __future__ import annotations
+
+import os
+
+# One OpenBLAS thread, as in pipeline/sweep.py (jax's CPU LAPACK runs on it).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import csv
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from teng_eq.benchmark import (
+    compare_with_naive,
+    compiled_step,
+    median_seconds,
+    solve_flops,
+    time_iterations,
+)
+from teng_eq.config import RunConfig
+from teng_eq.grid import cell_volume, grid_points
+from teng_eq.integrators import INTEGRATORS, TENGStep
+from teng_eq.simulation import prepare
+from teng_eq.stepper import Stepper
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Heat's paper horizon T = 4 at Δt = 0.005.
+PAPER_STEPS = 800
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "load_avg_1m": f"{os.getloadavg()[0]:.2f}",
+        "device": str(jax.devices()[0].device_kind),
+        "jax": jax.__version__,
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", ""),
+    }
+
+
+def make_step(problem, cfg: RunConfig, grid: int, solver: str, first: int, rest: int) -> TENGStep:
+    eq = problem.equation
+    stepper = Stepper(problem.space, grid_points(grid, eq.lengths), cell_volume(grid, eq.lengths),
+                      solver, cfg.damping)
+    return TENGStep(integrator=INTEGRATORS[cfg.integrator], stepper=stepper, equation=eq, dt=cfg.dt,
+                    iters=cfg.iters, iters_later=cfg.iters_later, subsample_first=first, subsample=rest)
+
+
+COLUMNS = ["grid", "N", "n", "solver", "operator_ms", "jacobian_ms", "solve_ms", "update_ms",
+           "iteration_ms", "solve_GFLOP", "GFLOP_s", "iter_over_solve"]
+
+
+def row(grid, t) -> dict:
+    return {"grid": f"{grid}²", "N": t.grid_points, "n": t.subsample, "solver": t.solver,
+            "operator_ms": t.operator_ms, "jacobian_ms": t.jacobian_ms, "solve_ms": t.solve_ms,
+            "update_ms": t.update_ms, "iteration_ms": t.iteration_ms, "solve_GFLOP": t.flops / 1e9,
+            "GFLOP_s": t.gflops, "iter_over_solve": t.ratio}
+
+
+def fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(columns)]
+    print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for x in cells:
+        print("| " + " | ".join(v.rjust(w) for v, w in zip(x, widths)) + " |", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--grids", type=int, nargs="+", default=[64, 128, 256])
+    ap.add_argument("--subsamples", type=int, nargs="+", default=[256, 512, 1024, 1536])
+    ap.add_argument("--solvers", nargs="+", default=["cholesky", "qr", "svd"])
+    ap.add_argument("--max-gflop", type=float, default=12.0,
+                    help="skip qr/svd solves above this many GFLOP (cholesky always runs)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (3 for slow ones)")
+    ap.add_argument("--naive-rounds", type=int, default=3)
+    ap.add_argument("--paper", action="store_true", help="also time a paper-size step (512², 1536/1024)")
+    ap.add_argument("--skip-table", action="store_true", help="only the step comparison (and --paper)")
+    ap.add_argument("--mlflow", action="store_true", help="log the tables as an MLflow run")
+    ap.add_argument("--cache-dir", default=None)
+    args = ap.parse_args(argv)
+
+    start = time.perf_counter()
+    info = machine()
+    print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+    cfg = RunConfig()
+    problem = prepare(cfg, cache_dir=args.cache_dir, log=lambda m: print(m, flush=True))
+    theta, key = problem.theta0, jax.random.PRNGKey(0)
+
+    # Whole steps: the default config against the naive yardstick.
+    print(f"\n## Whole TENG-{cfg.integrator} step ({cfg.iters}+{cfg.iters_later} iterations), "
+          f"grid {cfg.grid}², subsample {cfg.subsample_first}/{cfg.subsample}, {cfg.solver} vs naive")
+    step = make_step(problem, cfg, cfg.grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+    cmp = compare_with_naive(step, theta, key, rounds=args.naive_rounds)
+    d, n = statistics.median(cmp.default_s), statistics.median(cmp.naive_s)
+    step_rows = [{"variant": "default", "grid": f"{cfg.grid}²", "step_s": d, "final_loss": cmp.default_loss},
+                 {"variant": "naive", "grid": f"{cfg.grid}²", "step_s": n, "final_loss": cmp.naive_loss}]
+    print_table(step_rows, ["variant", "grid", "step_s", "final_loss"])
+    print(f"naive / default = {cmp.ratio:.1f}x   (max |Δθ| between the two after one step: "
+          f"{cmp.max_theta_diff:.1e}, null-space directions of the damped vs minimum-norm solve)")
+    print(f"default step times: {', '.join(f'{t:.3f}' for t in cmp.default_s)} s; "
+          f"naive: {', '.join(f'{t:.2f}' for t in cmp.naive_s)} s", flush=True)
+
+    rows: list[dict] = []
+    if not args.skip_table:
+        print("\n## One iteration, part by part (ms, medians); operator = L[û] + target, once per stage")
+        header_printed = False
+        for grid in args.grids:
+            step = make_step(problem, cfg, grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+            for n_sub in args.subsamples:
+                N = grid * grid
+                solvers = tuple(s for s in args.solvers
+                                if s == "cholesky" or solve_flops(s, N, n_sub) / 1e9 <= args.max_gflop)
+                slow = solve_flops("cholesky", N, n_sub) > 2e10
+                timings = time_iterations(step, theta, key, n_sub, solvers,
+                                          repeats=3 if slow else args.repeats)
+                new = [row(grid, t) for t in timings]
+                for r, t in zip(new, timings):
+                    if not t.finite:
+                        r["solver"] += " (non-finite)"
+                rows += new
+                if not header_printed:
+                    print_table(new, COLUMNS)
+                    header_printed = True
+                else:
+                    for r in new:
+                        print("| " + " | ".join(fmt(r[c]) for c in COLUMNS) + " |", flush=True)
+        print(f"(qr/svd skipped above {args.max_gflop:g} GFLOP)")
+
+        # Whole default steps at the larger grids.
+        for grid in args.grids:
+            if grid == cfg.grid:
+                continue
+            step = make_step(problem, cfg, grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+            fn = compiled_step(step, theta, key)
+            t = median_seconds(fn, theta, key, repeats=3)
+            step_rows.append({"variant": "default", "grid": f"{grid}²", "step_s": t,
+                              "final_loss": float(fn(theta, key)[1][-1].loss[-1])})
+            print(f"whole default step at {grid}²: {t:.3f} s", flush=True)
+
+    if args.paper:
+        print("\n## Paper-size step: grid 512², subsample 1536/1024, "
+              f"TENG-{cfg.integrator} {cfg.iters}+{cfg.iters_later}, {cfg.solver}")
+        step = make_step(problem, cfg, 512, cfg.solver, 1536, 1024)
+        t0 = time.perf_counter()
+        fn = compiled_step(step, theta, key)
+        compile_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        _, logs = jax.block_until_ready(fn(theta, key))
+        step_s = time.perf_counter() - t0
+        timings = time_iterations(step, theta, key, 1024, (cfg.solver,), repeats=1)[0]
+        print_table([row(512, timings)], COLUMNS)
+        print(f"one step: {step_s:.1f} s (compile {compile_s:.1f} s), final loss {float(logs[-1].loss[-1]):.2e}; "
+              f"projected {PAPER_STEPS} steps (heat, T=4, Δt=0.005): {PAPER_STEPS * step_s / 3600:.1f} h")
+        step_rows.append({"variant": "default", "grid": "512²", "step_s": step_s,
+                          "final_loss": float(logs[-1].loss[-1])})
+        rows.append(row(512, timings))
+
+    total = time.perf_counter() - start
+    print(f"\nbench total: {total:.0f} s (load average now {os.getloadavg()[0]:.2f})")
+
+    if args.mlflow:
+        from teng_eq.tracking import default_tracking_uri, tracked_run
+
+        with tracked_run(default_tracking_uri(ROOT), "bench", artifact_root=ROOT / "mlruns",
+                         run_name="bench", tags={"kind": "benchmark"}) as run:
+            run.params({**info, "argv": " ".join(sys.argv[1:])})
+            run.metric("naive_over_default", cmp.ratio)
+            run.metric("default_step_s", d)
+            run.metric("naive_step_s", n)
+            run.metric("bench_total_s", total)
+            for r in rows:
+                tag = f"g{r['grid'].rstrip('²')}_n{r['n']}_{r['solver'].split()[0]}"
+                run.metric(f"iteration_ms.{tag}", r["iteration_ms"])
+                run.metric(f"solve_ms.{tag}", r["solve_ms"])
+                run.metric(f"iter_over_solve.{tag}", r["iter_over_solve"])
+            with tempfile.TemporaryDirectory() as tmp:
+                for name, table, cols in (("iterations.csv", rows, COLUMNS),
+                                          ("steps.csv", step_rows, ["variant", "grid", "step_s", "final_loss"])):
+                    with open(Path(tmp) / name, "w", newline="") as fh:
+                        w = csv.DictWriter(fh, fieldnames=cols)
+                        w.writeheader()
+                        w.writerows({c: r.get(c) for c in cols} for r in table)
+                run.artifact(Path(tmp), "bench")
+        print("logged to MLflow experiment 'bench'")
+    return 0
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    sys.exit(main())
