@@ -57,7 +57,7 @@ def test_subset_update_touches_only_the_subset(heat_step):
 
 @pytest.mark.parametrize("n, k", [(8361, 384), (8361, 1), (1000, 999), (50, 50)])
 def test_random_subset_is_the_top_k_set(n, k):
-    for seed in range(20):
+    for seed in range(5):
         key = jax.random.PRNGKey(seed)
         subset = np.asarray(random_subset(key, n, k))
         expected = np.asarray(jax.lax.top_k(jax.random.uniform(key, (n,)), k)[1])
