@@ -31,6 +31,17 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("teng-cache")
 
 
+@pytest.fixture(scope="session")
+def warm_cache(cache_dir) -> Path:
+    """``cache_dir`` holding θ₀ of the tiny problem below, fitted once in-process,
+    so that parallel sweep jobs never fit it twice side by side."""
+    from teng_eq.config import RunConfig
+    from teng_eq.simulation import prepare
+
+    prepare(RunConfig(equation="heat", nu=0.1, initial_condition="sines2d", grid=32), cache_dir=cache_dir)
+    return cache_dir
+
+
 # A sweep job small enough for the suite: band-limited IC, 32² grid, 4 steps at dt=0.02.
 TINY = ["equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "t_final=0.08", "progress=false"]
 

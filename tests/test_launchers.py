@@ -37,9 +37,9 @@ def _check_sweep(uri, n_jobs=2):
     ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
     ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=15"],
 ], ids=["joblib", "submitit_local"])
-def test_parallel_launcher_on_a_fresh_store(tmp_path, cache_dir, launcher):
+def test_parallel_launcher_on_a_fresh_store(tmp_path, warm_cache, launcher):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_sweep(tmp_path, uri, cache_dir, "dt=0.02,0.04", *launcher)
+    run_sweep(tmp_path, uri, warm_cache, "dt=0.02,0.04", *launcher)
     _check_sweep(uri)
 
 
@@ -80,9 +80,9 @@ def mlflow_server(tmp_path):
         log.close()
 
 
-def test_sweep_against_a_remote_mlflow_server(tmp_path, cache_dir, mlflow_server):
+def test_sweep_against_a_remote_mlflow_server(tmp_path, warm_cache, mlflow_server):
     url, artifact_dir = mlflow_server
-    run_sweep(tmp_path, url, cache_dir, "dt=0.02,0.04")
+    run_sweep(tmp_path, url, warm_cache, "dt=0.02,0.04")
     jobs = _check_sweep(url)
     # The artifacts went over HTTP into the server's own artifact store.
     for r in jobs:

@@ -40,10 +40,10 @@ def _history(client, run_id, key):
 
 
 @pytest.fixture(scope="module")
-def sweep_store(tmp_path_factory, cache_dir):
+def sweep_store(tmp_path_factory, warm_cache):
     tmp = tmp_path_factory.mktemp("sweep")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    run_sweep(tmp, uri, cache_dir, "dt=0.02,0.04", "iters=3,7")
+    run_sweep(tmp, uri, warm_cache, "dt=0.02,0.04", "iters=3,7")
     return tmp, uri
 
 
@@ -68,6 +68,7 @@ def test_multirun_is_one_parent_with_a_child_per_job(sweep_store):
         assert f"iters={r.data.params['iters']}" in t["hydra_overrides"].split()
         assert len(t["git_commit"]) == 40 and t["git_dirty"] in ("True", "False")
         assert t["jax_version"] == jax.__version__ and t["device"].startswith("cpu")
+        assert t["theta0_cached"] == "True"  # warm_cache's θ₀ is the one a job would fit
 
 
 def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir, tmp_path):
@@ -136,9 +137,9 @@ def test_analyze_tabulates_the_sweep_from_its_own_mlflow_data(sweep_store):
     assert analysis_run.info.status == "FINISHED"
 
 
-def test_single_job_is_a_plain_run(tmp_path, cache_dir):
+def test_single_job_is_a_plain_run(tmp_path, warm_cache):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_sweep(tmp_path, uri, cache_dir, "dt=0.04", multirun=False)
+    run_sweep(tmp_path, uri, warm_cache, "dt=0.04", multirun=False)
     (r,) = all_runs(uri)
     assert r.info.status == "FINISHED" and r.data.tags["run_kind"] == "job"
     assert "mlflow.parentRunId" not in r.data.tags and "job_num" not in r.data.tags
