@@ -14,8 +14,10 @@ import os
 # XLA's own threads. Must be set before numpy/jax load; an explicit value wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import importlib
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,7 +29,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from teng_eq import plots
 from teng_eq.cache import digest
 from teng_eq.config import ConfigError, RunConfig, check_group_choices
 from teng_eq.simulation import run_simulation, save_network
@@ -70,6 +71,8 @@ def job_tags(cfg: DictConfig, resolved: dict) -> dict[str, str]:
 
 def log_artifacts(run, cfg: DictConfig, run_cfg: RunConfig, result, name: str) -> None:
     """Config (resolved, and Hydra's .hydra/), plots, the per-iteration loss table, θ."""
+    from teng_eq import plots
+
     n = run_cfg.n_steps
     with tempfile.TemporaryDirectory() as tmp, run.timed():
         tmp = Path(tmp)
@@ -96,6 +99,8 @@ def log_artifacts(run, cfg: DictConfig, run_cfg: RunConfig, result, name: str) -
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     job_start = time.perf_counter()
+    # matplotlib (~1 s to import) loads beside θ₀ and compilation, not after the run.
+    threading.Thread(target=importlib.import_module, args=("teng_eq.plots",), daemon=True).start()
     resolved = OmegaConf.to_container(cfg, resolve=True)
     try:
         run_cfg = RunConfig.from_mapping(resolved)

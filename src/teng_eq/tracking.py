@@ -8,6 +8,10 @@ A Hydra multirun is one *parent* run with a *child* run per job. The parent is
 made by :class:`SweepCallback` in the launching process, before any job starts,
 which also creates the store: parallel jobs opening a fresh SQLite store race
 on its schema migration.
+
+MLflow itself is imported on first use (``import mlflow`` takes ~2 s): a job's
+run is opened in a background thread, so that import overlaps the job's own
+start-up instead of adding to its wall time.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import mlflow
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 #: Environment variable through which the launching process hands the parent
 #: run's id to its jobs (inherited by joblib workers, submitit and SLURM jobs).
@@ -78,6 +82,8 @@ def _cpu_model() -> str:
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None) -> str:
     """The id of experiment ``name``, created (artifacts under ``artifact_root``) if new."""
+    import mlflow
+
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
@@ -115,9 +121,11 @@ class RunLogger:
     def __init__(self, opening: Future):
         self._opening = opening
         self.seconds = 0.0
-        self._metrics: list[Metric] = []
-        self._params: list[Param] = []
-        self._tags: list[RunTag] = []
+        # Plain tuples until flush: building mlflow entities would import mlflow
+        # on the caller's thread.
+        self._metrics: list[tuple[str, float, int, int]] = []
+        self._params: list[tuple[str, str]] = []
+        self._tags: list[tuple[str, str]] = []
 
     @property
     def client(self) -> MlflowClient:
@@ -137,25 +145,27 @@ class RunLogger:
             self.seconds += time.perf_counter() - start
 
     def params(self, params: Mapping[str, str]) -> None:
-        self._params += [Param(k, str(v)[:6000]) for k, v in params.items()]
+        self._params += [(k, str(v)[:6000]) for k, v in params.items()]
 
     def tags(self, tags: Mapping[str, str]) -> None:
-        self._tags += [RunTag(k, str(v)) for k, v in tags.items()]
+        self._tags += [(k, str(v)) for k, v in tags.items()]
 
     def metric(self, name: str, value: float, step: int = 0) -> None:
-        self._metrics.append(Metric(name, float(value), int(time.time() * 1000), int(step)))
+        self._metrics.append((name, float(value), int(time.time() * 1000), int(step)))
 
     def curve(self, name: str, steps, values) -> None:
         now = int(time.time() * 1000)
-        self._metrics += [Metric(name, float(v), now, int(s)) for s, v in zip(steps, values)]
+        self._metrics += [(name, float(v), now, int(s)) for s, v in zip(steps, values)]
 
     def flush(self) -> None:
         """Write everything buffered (waits for the run to be open)."""
         with self.timed():
             client, run_id = self._opening.result()
-            params, self._params = self._params, []
-            tags, self._tags = self._tags, []
-            metrics, self._metrics = self._metrics, []
+            from mlflow.entities import Metric, Param, RunTag
+
+            params, self._params = [Param(*p) for p in self._params], []
+            tags, self._tags = [RunTag(*t) for t in self._tags], []
+            metrics, self._metrics = [Metric(*m) for m in self._metrics], []
             for i in range(0, len(params), _BATCH_PARAMS):
                 client.log_batch(run_id, params=params[i : i + _BATCH_PARAMS])
             if tags:
@@ -189,6 +199,8 @@ def check_store(tracking_uri: str) -> None:
 
 
 def _open_run(tracking_uri, experiment, artifact_root, run_name, tags) -> tuple[MlflowClient, str]:
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri)
     exp_id = ensure_experiment(client, experiment, artifact_root)
     return client, client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
@@ -282,6 +294,8 @@ class SweepCallback:
 
     def on_multirun_start(self, config, **kwargs) -> None:
         try:
+            from mlflow.tracking import MlflowClient
+
             root = _config_root(config)
             uri = config.tracking_uri or default_tracking_uri(root)
             client = MlflowClient(uri)
@@ -312,6 +326,9 @@ class SweepCallback:
             return
         run_id, self.run_id = self.run_id, None
         os.environ.pop(PARENT_RUN_ENV, None)
+        from mlflow.entities import Metric
+        from mlflow.tracking import MlflowClient
+
         client = MlflowClient(self.uri)
         runs = children(client, run_id)
         failed = sorted(r.data.tags.get("job_num", "?") for r in runs if r.info.status != "FINISHED")
@@ -346,6 +363,8 @@ class SelectionError(ValueError):
 
 
 def _open_store(tracking_uri: str) -> MlflowClient:
+    from mlflow.tracking import MlflowClient
+
     # MLflow would create an empty sqlite store on first contact: refuse instead.
     if tracking_uri.startswith("sqlite:///"):
         path = Path(tracking_uri.removeprefix("sqlite:///"))
@@ -357,6 +376,8 @@ def _open_store(tracking_uri: str) -> MlflowClient:
 @contextlib.contextmanager
 def _fluent_uri(tracking_uri: str) -> Iterator[None]:
     """``mlflow.search_runs`` reads the process-wide URI: set it, then put it back."""
+    import mlflow
+
     previous = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
     mlflow.set_tracking_uri(tracking_uri)
     try:
@@ -378,6 +399,8 @@ def latest_sweep(tracking_uri: str) -> str:
 
 def sweep_run(tracking_uri: str, run_id: str):
     """The sweep parent run ``run_id`` (an ``mlflow.entities.Run``)."""
+    import mlflow
+
     client = _open_store(tracking_uri)
     try:
         run = client.get_run(run_id)
@@ -403,6 +426,8 @@ def load_runs(
     every experiment; ``filter_string``: an MLflow search filter, and-ed on.
     A name, id or filter the store rejects raises :class:`SelectionError`.
     """
+    import mlflow
+
     client = _open_store(tracking_uri)
     names = None
     if experiments:
@@ -429,7 +454,7 @@ def load_runs(
 
 def metric_curves(tracking_uri: str, run_ids: list[str] | tuple[str, ...], key: str) -> dict[str, tuple]:
     """``{run_id: (steps, values)}``, the history of metric ``key`` sorted by step."""
-    client = MlflowClient(tracking_uri)
+    client = _open_store(tracking_uri)
     curves = {}
     for run_id in run_ids:
         history = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
@@ -439,7 +464,7 @@ def metric_curves(tracking_uri: str, run_ids: list[str] | tuple[str, ...], key: 
 
 def experiment_name(tracking_uri: str, experiment_id: str) -> str:
     """The name of experiment ``experiment_id``."""
-    return MlflowClient(tracking_uri).get_experiment(experiment_id).name
+    return _open_store(tracking_uri).get_experiment(experiment_id).name
 
 
 def log_analysis(
