@@ -147,10 +147,7 @@ def error_vs_runtime(path: Path, panels) -> Path:
                 zorder=0, label="Pareto front")
         ax.plot(front_r, front_e, "o", ms=10, mfc="none", mec="k", mew=1)
         ax.set_yscale("log")
-        ax.set_xlabel("runtime (s)")
-        ax.set_ylabel("global relative L² error")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
+        _label(ax, title, "runtime (s)", "global relative L² error")
     return _finish(fig, path, axes)
 
 
@@ -173,10 +170,7 @@ def error_vs_dt(path: Path, panels) -> Path:
             ax.plot(dt, error, "o", color=color, label=name)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("Δt")
-        ax.set_ylabel("global relative L² error")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
+        _label(ax, title, "Δt", "global relative L² error")
     return _finish(fig, path, axes)
 
 
@@ -189,8 +183,12 @@ def error_vs_time(path: Path, panels) -> Path:
     for ax, (title, series) in zip(axes, panels.items()):
         for i, (name, (t, rel_l2)) in enumerate(series.items()):
             ax.semilogy(t, rel_l2, "-", color=f"C{i % 10}", lw=1.2, label=name)
-        ax.set_xlabel("t")
-        ax.set_ylabel("relative L² error")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
+        _label(ax, title, "t", "relative L² error")
     return _finish(fig, path, axes)
+
+
+def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
