@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from teng_eq.cache import digest
-from teng_eq.config import ConfigError, RunConfig, check_group_choices
+from teng_eq.config import BOOKKEEPING, ConfigError, RunConfig, check_group_choices
 from teng_eq.simulation import run_simulation, save_network
 from teng_eq.tracking import (
     PARENT_RUN_ENV,
@@ -45,8 +45,6 @@ from teng_eq.tracking import (
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-# Keys that say where results go, not what is computed: left out of config_hash.
-BOOKKEEPING = ("tracking_uri", "experiment_name", "cache_dir", "progress")
 
 
 def spread(n: int, parts: int, first: int = 1) -> list[int]:

@@ -14,8 +14,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-# Params that say where a run was logged or how it talked, not what it computed.
-BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress"})
+from teng_eq.config import BOOKKEEPING
+
 # Axes first in every grouping and label, in this order; the rest follow sorted.
 LEADING = ("method", "equation", "dt")
 METRICS = ("global_rel_l2", "runtime_s", "compile_s", "fit_s", "reference_s")

@@ -15,6 +15,10 @@ from teng_eq.equations import EQUATIONS, INITIAL_CONDITIONS
 from teng_eq.integrators import INTEGRATORS
 from teng_eq.lstsq import SOLVERS
 
+#: Top-level keys that say where results go, not what is computed: left out of a
+#: run's ``config_hash`` and never an axis of comparison between runs.
+BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress"})
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key."""

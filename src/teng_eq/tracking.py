@@ -389,7 +389,7 @@ def _fluent_uri(tracking_uri: str) -> Iterator[None]:
 def latest_sweep(tracking_uri: str) -> str:
     """The id of the most recently started run tagged ``run_kind=sweep``."""
     client = _open_store(tracking_uri)
-    exps = [e.experiment_id for e in client.search_experiments()]
+    exps = _all_experiment_ids(client)
     runs = client.search_runs(exps, "tags.run_kind = 'sweep'", order_by=["attributes.start_time DESC"],
                               max_results=1) if exps else []
     if not runs:
