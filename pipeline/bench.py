@@ -46,6 +46,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER_STEPS = 800
 
 
+def default_config() -> RunConfig:
+    """``conf/config.yaml`` as the pipeline composes it: the one source of defaults."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config")
+    return RunConfig.from_mapping(OmegaConf.to_container(cfg, resolve=True))
+
+
 def machine() -> dict[str, str]:
     cpu = platform.processor() or "?"
     try:
@@ -69,7 +79,7 @@ def make_step(problem, cfg: RunConfig, grid: int, solver: str, first: int, rest:
     eq = problem.equation
     stepper = Stepper(problem.space, grid_points(grid, eq.lengths), cell_volume(grid, eq.lengths),
                       solver, cfg.damping)
-    return TENGStep(integrator=INTEGRATORS[cfg.integrator], stepper=stepper, equation=eq, dt=cfg.dt,
+    return TENGStep(integrator=INTEGRATORS[cfg.method.options.integrator], stepper=stepper, equation=eq, dt=cfg.dt,
                     iters=cfg.iters, iters_later=cfg.iters_later, subsample_first=first, subsample=rest)
 
 
@@ -117,12 +127,12 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     info = machine()
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
-    cfg = RunConfig()
+    cfg = default_config()
     problem = prepare(cfg, cache_dir=args.cache_dir, log=lambda m: print(m, flush=True))
     theta, key = problem.theta0, jax.random.PRNGKey(0)
 
     # Whole steps: the default config against the naive yardstick.
-    print(f"\n## Whole TENG-{cfg.integrator} step ({cfg.iters}+{cfg.iters_later} iterations), "
+    print(f"\n## Whole TENG-{cfg.method.options.integrator} step ({cfg.iters}+{cfg.iters_later} iterations), "
           f"grid {cfg.grid}², subsample {cfg.subsample_first}/{cfg.subsample}, {cfg.solver} vs naive")
     step = make_step(problem, cfg, cfg.grid, cfg.solver, cfg.subsample_first, cfg.subsample)
     cmp = compare_with_naive(step, theta, key, rounds=args.naive_rounds)
@@ -174,7 +184,7 @@ def main(argv=None) -> int:
 
     if args.paper:
         print("\n## Paper-size step: grid 512², subsample 1536/1024, "
-              f"TENG-{cfg.integrator} {cfg.iters}+{cfg.iters_later}, {cfg.solver}")
+              f"TENG-{cfg.method.options.integrator} {cfg.iters}+{cfg.iters_later}, {cfg.solver}")
         step = make_step(problem, cfg, 512, cfg.solver, 1536, 1024)
         t0 = time.perf_counter()
         fn = compiled_step(step, theta, key)

@@ -71,7 +71,6 @@ def log_artifacts(run, cfg: DictConfig, run_cfg: RunConfig, result, name: str) -
     """Config (resolved, and Hydra's .hydra/), plots, the per-iteration loss table, θ."""
     from teng_eq import plots
 
-    n = run_cfg.n_steps
     with tempfile.TemporaryDirectory() as tmp, run.timed():
         tmp = Path(tmp)
         (tmp / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -84,13 +83,17 @@ def log_artifacts(run, cfg: DictConfig, run_cfg: RunConfig, result, name: str) -
                    comments="", fmt=["%d", "%.10g", "%d", "%d", "%.17g", "%.17g"])
         run.artifact(tmp / "losses.csv", "tables")
         run.artifact(save_network(tmp / "theta.eqx", result.network), "params")
-        plots.error_curve(tmp / "error.png", result.times, result.rel_l2, result.step_loss, title=name)
-        plots.loss_iterations(tmp / "loss_iterations.png", table, spread(n, 5), result.step_loss,
-                              result.times, title=name)
+        step_times = result.times[1:] if result.sequential else np.arange(1, len(result.step_loss) + 1)
+        plots.error_curve(tmp / "error.png", result.times, result.rel_l2, result.step_loss, title=name,
+                          step_times=step_times)
+        plots.loss_iterations(tmp / "loss_iterations.png", table, spread(len(result.step_loss), 5),
+                              result.step_loss, step_times, title=name)
         for png in ("error.png", "loss_iterations.png"):
             run.artifact(tmp / png, "plots")
-        if result.snapshots and next(iter(result.snapshots.values()))[0].ndim == 2:
-            plots.density(tmp / "density.png", result.snapshots, result.times, run_cfg.lengths, title=name)
+        if result.snapshots and run_cfg.equation.dim == 2:
+            shape = (run_cfg.eval_grid,) * 2
+            fields = {n: (u.reshape(shape), ref.reshape(shape)) for n, (u, ref) in result.snapshots.items()}
+            plots.density(tmp / "density.png", fields, result.times, run_cfg.equation.lengths, title=name)
             run.artifact(tmp / "density.png", "plots")
 
 
@@ -119,28 +122,33 @@ def main(cfg: DictConfig) -> float:
 
         def on_step(rec):
             if rec.step == 1:
-                bar.reset()  # the θ₀ fit before the first step must not count in the rate
+                bar.reset(total=rec.of)  # the θ₀ fit before the first step must not count in the rate
             with run.timed():
-                run.metric("rel_l2", rec.rel_l2, rec.step)
-                run.metric("step_loss", rec.step_loss, rec.step)
-                run.metric("wall_time_s", rec.wall_time_s, rec.step)
+                for key, value in rec.metrics.items():
+                    run.metric(key, value, rec.step)
                 if rec.step == 1 or rec.step % 100 == 0:
                     run.flush()  # the run shows up in `mlflow ui` from the first step
-            bar.set_postfix_str(f"t={rec.t:.4f} err={rec.rel_l2:.2e} loss={rec.step_loss:.1e}")
-            bar.update()
+            if rec.step > 0:
+                shown = {k: rec.metrics[k] for k in ("rel_l2", "step_loss") if k in rec.metrics}
+                bar.set_postfix_str(" ".join(f"{k}={v:.2e}" for k, v in shown.items()))
+                bar.update()
 
         result = run_simulation(run_cfg, on_step=on_step, cache_dir=cfg.cache_dir,
                                 snapshot_steps=spread(run_cfg.n_steps, 3, first=0),
                                 log=lambda msg: bar.write(msg) if cfg.progress else None)
         bar.close()
-        run.metric("rel_l2", result.rel_l2[0], 0)
-        for key in ("global_rel_l2", "runtime_s", "compile_s", "reference_s"):
+        if not result.sequential:  # a global-in-time method's error curve exists only now
+            run.curve("rel_l2", range(len(result.rel_l2)), result.rel_l2)
+        for key in ("global_rel_l2", "runtime_s", "eval_s", "compile_s", "reference_s"):
             run.metric(key, getattr(result, key))
         run.metric("final_rel_l2", result.rel_l2[-1])
-        cached = result.fit_info["cached"]
-        # Time this run spent fitting θ₀: 0 when another run had cached it.
-        run.metric("fit_s", 0.0 if cached else result.fit_info["stage1_s"] + result.fit_info["stage2_s"])
-        run.tags({"theta0_cached": cached, "theta0_loss": f"{result.fit_info['stage2_loss']:.3e}"})
+        for key, count in result.events.items():
+            run.metric(f"{key}_total", count)
+        if result.fit_info is not None:
+            cached = result.fit_info["cached"]
+            # Time this run spent fitting θ₀: 0 when another run had cached it.
+            run.metric("fit_s", 0.0 if cached else result.fit_info["stage1_s"] + result.fit_info["stage2_s"])
+            run.tags({"theta0_cached": cached, "theta0_loss": f"{result.fit_info['stage2_loss']:.3e}"})
         log_artifacts(run, cfg, run_cfg, result, name)
         run.flush()
         # Tracking overhead: every MLflow call and plot of this job, against its wall time.

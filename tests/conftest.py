@@ -14,15 +14,25 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 
+def compose_conf(overrides=()):
+    """conf/config.yaml with ``overrides`` (e.g. ``["dt=0.01"]``), as Hydra builds it."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def make_config(*overrides):
+    """The validated :class:`RunConfig` of conf/ with ``overrides``: the one source of defaults."""
+    from omegaconf import OmegaConf
+
+    from teng_eq.config import RunConfig
+
+    return RunConfig.from_mapping(OmegaConf.to_container(compose_conf(overrides), resolve=True))
+
+
 @pytest.fixture
 def compose_config():
-    """``compose_config(["dt=0.01", …])``: conf/config.yaml with overrides, as Hydra builds it."""
-
-    def _compose(overrides=()):
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
-
-    return _compose
+    """``compose_config(["dt=0.01", …])``: :func:`compose_conf` as a fixture."""
+    return compose_conf
 
 
 @pytest.fixture(scope="session")
@@ -35,10 +45,9 @@ def cache_dir(tmp_path_factory) -> Path:
 def warm_cache(cache_dir) -> Path:
     """``cache_dir`` holding θ₀ of the tiny problem below, fitted once in-process,
     so that parallel sweep jobs never fit it twice side by side."""
-    from teng_eq.config import RunConfig
     from teng_eq.simulation import prepare
 
-    prepare(RunConfig(equation="heat", nu=0.1, initial_condition="sines2d", grid=32), cache_dir=cache_dir)
+    prepare(make_config("equation.initial_condition=sines2d", "grid=32"), cache_dir=cache_dir)
     return cache_dir
 
 

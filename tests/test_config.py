@@ -11,7 +11,7 @@ def _run_config(cfg):
 
 def test_defaults_compose_to_cpu_heat_heun(compose_config):
     run = _run_config(compose_config())
-    assert (run.equation, run.integrator, run.nu) == ("heat", "heun", 0.1)
+    assert (run.equation.name, run.method.options.integrator, run.equation.nu) == ("heat", "heun", 0.1)
     assert run.n_params == 8361
 
 
@@ -21,13 +21,14 @@ def test_defaults_compose_to_cpu_heat_heun(compose_config):
 )
 def test_paper_presets(compose_config, preset, equation, dt):
     run = _run_config(compose_config([f"+experiment={preset}"]))
-    assert (run.equation, run.integrator, run.dt, run.t_final) == (equation, "heun", dt, 4.0)
+    assert (run.equation.name, run.method.name, run.dt, run.t_final) == (equation, "teng_heun", dt, 4.0)
     assert (run.grid, run.subsample_first, run.subsample, run.iters, run.iters_later) == (512, 1536, 1024, 7, 5)
 
 
 @pytest.mark.parametrize("method, integrator", [("teng_euler", "euler"), ("teng_heun", "heun"), ("teng_rk4", "rk4")])
 def test_method_group(compose_config, method, integrator):
-    assert _run_config(compose_config([f"method={method}"])).integrator == integrator
+    run = _run_config(compose_config([f"method={method}"]))
+    assert (run.method.name, run.method.options.integrator) == (method, integrator)
 
 
 @pytest.mark.parametrize(

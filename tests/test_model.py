@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from teng_eq import ParamSpace, TENGNet
-from teng_eq.config import RunConfig
+from conftest import make_config
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def net():
 def test_parameter_count_matches_paper_architecture(net):
     # 7 layers in all, width 40, 20 embedding features per input dimension.
     assert ParamSpace(net).size == 8361
-    assert RunConfig().n_params == 8361
+    assert make_config().n_params == 8361
 
 
 def test_network_is_periodic(net):

@@ -15,10 +15,8 @@ from omegaconf import OmegaConf
 
 from teng_eq.analysis import pareto_front
 from teng_eq.config import RunConfig
-from teng_eq.equations import make_equation
 from teng_eq.grid import grid_points
 from teng_eq.metrics import relative_l2
-from teng_eq.reference import reference_solution
 from teng_eq.simulation import load_network
 
 ARTIFACTS = {
@@ -102,10 +100,8 @@ def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir,
         cfg = RunConfig.from_mapping(OmegaConf.to_container(OmegaConf.load(
             client.download_artifacts(rid, "config/config.yaml", str(tmp_path))), resolve=True))
         net = load_network(cfg, client.download_artifacts(rid, "params/theta.eqx", str(tmp_path)))
-        eq = make_equation(cfg.equation, cfg.nu, cfg.lengths)
-        ref = reference_solution(eq, np.arange(n + 1) * dt, cache_dir=cache_dir,
-                                 initial_condition=cfg.initial_condition)
-        u = jax.vmap(net)(grid_points(cfg.eval_grid, cfg.lengths))
+        ref = cfg.equation.reference(np.arange(n + 1) * dt, cache_dir=cache_dir)
+        u = jax.vmap(net)(grid_points(cfg.eval_grid, cfg.equation.lengths))
         assert math.isclose(float(relative_l2(u, ref.at(n, cfg.eval_grid).ravel())),
                             m["final_rel_l2"], rel_tol=1e-8)
 

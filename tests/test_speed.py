@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import make_config
 
 from teng_eq.benchmark import NaiveStepper, naive, solve_flops
-from teng_eq.config import RunConfig
 from teng_eq.integrators import INTEGRATORS, TENGStep
 from teng_eq.simulation import prepare, run_simulation
 from teng_eq.stepper import Stepper
@@ -17,9 +17,9 @@ from teng_eq.stepper import Stepper
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 
 
-def small(**kw):
-    base = {"initial_condition": "sines2d", "grid": 32, "eval_grid": 64, "dt": 0.004, "t_final": 0.2}
-    return RunConfig(**{**base, **kw})
+def small():
+    return make_config("equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "dt=0.004",
+                       "t_final=0.2")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from teng_eq import operator
-from teng_eq.config import RunConfig
+from conftest import make_config
 from teng_eq.lstsq import SOLVERS
 from teng_eq.simulation import prepare
 from teng_eq.stepper import Stepper, random_subset
@@ -19,7 +19,7 @@ DT = 0.005
 @pytest.fixture(scope="module")
 def heat_step(cache_dir):
     """θ₀ fitted to ``sines2d`` on a 32² grid, and the heat Euler target û + Δt L[û]."""
-    cfg = RunConfig(initial_condition="sines2d", grid=32, eval_grid=64, t_final=0.4)
+    cfg = make_config("equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "t_final=0.4")
     p = prepare(cfg, cache_dir=cache_dir)
     u = p.space.apply(p.theta0, p.points)
     lu = operator(p.equation, lambda x: p.space.apply(p.theta0, x), p.points)

@@ -1,18 +1,25 @@
 """Run configuration: plain values, checked before any compute starts.
 
-The pipeline (Hydra) hands a nested mapping to :meth:`RunConfig.from_mapping`;
-every bad value raises :class:`ConfigError` with a one-line message that names
-the key and the value.
+The pipeline (Hydra) composes ``conf/`` and hands the resolved mapping to
+:meth:`RunConfig.from_mapping`; every bad value raises :class:`ConfigError` with
+a one-line message that names the key and the value. The defaults live in
+``conf/`` alone: nothing here has a default value, so a run is always the
+composition of ``conf/config.yaml`` and its overrides.
+
+The ``equation`` and ``method`` groups each name the class that implements them
+(``impl: module:Class``); that class turns the rest of its group into a
+validated object (:meth:`teng_eq.equations.Equation.from_config`,
+``Method.Options``), so adding an equation or a method is one module and one
+yaml, with no dispatch on names anywhere else.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import importlib
 from collections.abc import Mapping
+from typing import Any
 
-from teng_eq.equations import EQUATIONS, INITIAL_CONDITIONS
-from teng_eq.integrators import INTEGRATORS
 from teng_eq.lstsq import SOLVERS
 
 #: Top-level keys that say where results go, not what is computed: left out of a
@@ -20,50 +27,159 @@ from teng_eq.lstsq import SOLVERS
 BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress"})
 
 
+
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key."""
 
 
+def bad(key: str, value, why: str):
+    """Raise the one-line :class:`ConfigError` for ``key=value``."""
+    raise ConfigError(f"invalid config: {key}={value!r}: {why}")
+
+
+def import_impl(path: str, key: str) -> type:
+    """The class ``module:Class`` named by config key ``key`` (e.g. ``method.impl``)."""
+    if not isinstance(path, str) or ":" not in path:
+        bad(key, path, "must name a class as 'package.module:Class'")
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        bad(key, path, f"cannot import it ({type(err).__name__})")
+
+
+def options_from(cls: type, mapping: Mapping, prefix: str):
+    """The frozen dataclass ``cls`` built from ``mapping``: unknown keys, missing
+    keys and values of the wrong type are :class:`ConfigError` s named
+    ``<prefix>.<key>``; ``cls.validate()`` (if any) checks the values."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in mapping:
+        if key not in fields:
+            bad(f"{prefix}.{key}", mapping[key], f"unknown key; known: {sorted(fields)}")
+    kw = {}
+    for name, field in fields.items():
+        if name not in mapping:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                bad(f"{prefix}.{name}", None, "missing")
+            continue
+        kw[name] = _typed(mapping[name], field.type, f"{prefix}.{name}")
+    obj = cls(**kw)
+    if hasattr(obj, "validate"):
+        obj.validate(prefix)
+    return obj
+
+
+def _typed(value, annotation, key: str):
+    """``value`` checked against a simple annotation (``int``, ``float``, ``bool``,
+    ``str``, ``tuple[float, ...]``, optional ``| None``)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    optional = "None" in text
+    if value is None:
+        if optional:
+            return None
+        bad(key, value, f"must be {text}")
+    base = text.replace("| None", "").strip()
+    if base == "bool":
+        if not isinstance(value, bool):
+            bad(key, value, "must be true or false")
+    elif base == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            bad(key, value, "must be an integer")
+    elif base == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            bad(key, value, "must be a number")
+        value = float(value)
+    elif base == "str":
+        if not isinstance(value, str):
+            bad(key, value, "must be a string")
+    elif base.startswith("tuple"):
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+        ):
+            bad(key, value, "must be a list of numbers")
+        value = tuple(float(v) for v in value)
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
-    features: int = 20
-    width: int = 40
-    depth: int = 7
+    """The sequential methods' network (:class:`teng_eq.model.TENGNet`)."""
+
+    features: int
+    width: int
+    depth: int
+
+    def validate(self, prefix: str) -> None:
+        for key in ("features", "width"):
+            if getattr(self, key) < 1:
+                bad(f"{prefix}.{key}", getattr(self, key), "must be >= 1")
+        if self.depth < 3:
+            bad(f"{prefix}.depth", self.depth, "must be >= 3 (embedding, hidden, output)")
 
 
 @dataclasses.dataclass(frozen=True)
 class FitConfig:
     """θ₀ fit (see :mod:`teng_eq.initial_fit`)."""
 
-    stage1_tol: float = 1e-7
-    stage1_subsample: int = 512
-    stage1_max_iters: int = 2000
-    stage2_tol: float = 2e-14
-    stage2_subsample: int = 1024
-    stage2_max_iters: int = 2000
-    patience: int = 3
+    stage1_tol: float
+    stage1_subsample: int
+    stage1_max_iters: int
+    stage2_tol: float
+    stage2_subsample: int
+    stage2_max_iters: int
+    patience: int
+
+    def validate(self, prefix: str) -> None:
+        for key in ("stage1_tol", "stage2_tol"):
+            if not getattr(self, key) > 0:
+                bad(f"{prefix}.{key}", getattr(self, key), "must be > 0")
+        for key in ("stage1_subsample", "stage1_max_iters", "stage2_subsample", "stage2_max_iters", "patience"):
+            if getattr(self, key) < 1:
+                bad(f"{prefix}.{key}", getattr(self, key), "must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodConfig:
+    """The ``method`` group: its ``name`` (e.g. ``teng_heun``), the class that
+    implements it, and that class's validated ``Options``."""
+
+    name: str
+    impl: str
+    options: Any
+
+    @property
+    def cls(self) -> type:
+        return import_impl(self.impl, "method.impl")
+
+
+#: Keys of the run config proper (the rest of the top level is bookkeeping or Hydra's).
+_NUMERIC = {
+    "dt": "float", "t_final": "float", "iters": "int", "iters_later": "int",
+    "subsample_first": "int", "subsample": "int", "solver": "str", "damping": "float",
+    "grid": "int", "eval_grid": "int", "seed": "int",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    equation: str = "heat"
-    nu: float = 0.1
-    lengths: tuple[float, ...] = (2 * math.pi, 2 * math.pi)
-    initial_condition: str = "paper2d"
-    integrator: str = "heun"
-    dt: float = 0.005
-    t_final: float = 0.2
-    iters: int = 7
-    iters_later: int = 5
-    subsample_first: int = 512
-    subsample: int = 384
-    solver: str = "cholesky"
-    damping: float = 1e-7
-    grid: int = 64
-    eval_grid: int = 256
-    seed: int = 0
-    network: NetworkConfig = NetworkConfig()
-    fit: FitConfig = FitConfig()
+    """One job's numerics: the equation (an :class:`~teng_eq.equations.Equation`),
+    the method, time stepping, TENG's least squares, grids, seed, network and θ₀ fit."""
+
+    equation: Any  # teng_eq.equations.Equation (imported lazily: it imports jax)
+    method: MethodConfig
+    dt: float
+    t_final: float
+    iters: int
+    iters_later: int
+    subsample_first: int
+    subsample: int
+    solver: str
+    damping: float
+    grid: int
+    eval_grid: int
+    seed: int
+    network: NetworkConfig
+    fit: FitConfig
 
     @property
     def n_steps(self) -> int:
@@ -71,68 +187,64 @@ class RunConfig:
 
     @property
     def n_params(self) -> int:
-        f, w, d = self.network.features, self.network.width, self.network.depth
-        dim = len(self.lengths)
-        return 3 * dim * f + (dim * f + 1) * w + (d - 3) * (w + 1) * w + w + 1
+        """Parameters of the sequential methods' network (shape evaluation only)."""
+        from teng_eq.simulation import parameter_count
+
+        return parameter_count(self)
 
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> RunConfig:
-        """Build from the pipeline's mapping (keys of ``conf/``) and validate."""
-        eq, method = cfg["equation"], cfg["method"]
-        kw = dict(
-            equation=eq["name"],
-            nu=eq["nu"],
-            lengths=tuple(eq.get("lengths", (2 * math.pi, 2 * math.pi))),
-            initial_condition=eq.get("initial_condition", "paper2d"),
-            integrator=method["integrator"],
+        """Build from the pipeline's resolved mapping (keys of ``conf/``) and validate."""
+        for group in ("equation", "method", "network", "fit"):
+            if not isinstance(cfg.get(group), Mapping):
+                bad(group, cfg.get(group), "must be a config group (a mapping)")
+        eq = dict(cfg["equation"])
+        eq_cls = import_impl(eq.pop("impl", None), "equation.impl")
+        equation = eq_cls.from_config(eq)
+        m = dict(cfg["method"])
+        impl = m.pop("impl", None)
+        name = m.pop("name", None)
+        if not isinstance(name, str):
+            bad("method.name", name, "must be a string")
+        method_cls = import_impl(impl, "method.impl")
+        method = MethodConfig(name=name, impl=impl, options=options_from(method_cls.Options, m, "method"))
+        kw = {}
+        for key, kind in _NUMERIC.items():
+            if key not in cfg:
+                bad(key, None, "missing")
+            kw[key] = _typed(cfg[key], kind, key)
+        run = cls(
+            equation=equation, method=method,
+            network=options_from(NetworkConfig, cfg["network"], "network"),
+            fit=options_from(FitConfig, cfg["fit"], "fit"), **kw,
         )
-        for f in dataclasses.fields(cls):
-            if f.name in cfg and f.name not in kw and f.name not in ("network", "fit"):
-                kw[f.name] = cfg[f.name]
-        if "network" in cfg:
-            kw["network"] = NetworkConfig(**dict(cfg["network"]))
-        if "fit" in cfg:
-            kw["fit"] = FitConfig(**dict(cfg["fit"]))
-        run = cls(**kw)
         run.validate()
         return run
 
     def validate(self) -> None:
-        def bad(key, value, why):
-            raise ConfigError(f"invalid config: {key}={value!r}: {why}")
-
-        if self.equation not in EQUATIONS:
-            bad("equation", self.equation, f"unknown, choose one of {sorted(EQUATIONS)}")
-        if self.integrator not in INTEGRATORS:
-            bad("method", self.integrator, f"unknown integrator, choose one of {sorted(INTEGRATORS)}")
-        if self.initial_condition not in INITIAL_CONDITIONS:
-            bad("equation.initial_condition", self.initial_condition,
-                f"unknown, choose one of {sorted(INITIAL_CONDITIONS)}")
-        if self.solver not in SOLVERS:
-            bad("solver", self.solver, f"unknown, choose one of {list(SOLVERS)}")
-        if not self.nu > 0:
-            bad("equation.nu", self.nu, "must be > 0")
-        if not (isinstance(self.dt, (int, float)) and self.dt > 0):
+        """Cross-key checks; the method's own (``Method.check``) come last."""
+        if not self.dt > 0:
             bad("dt", self.dt, "must be > 0")
-        if not (isinstance(self.t_final, (int, float)) and self.t_final >= self.dt):
+        if not self.t_final >= self.dt:
             bad("t_final", self.t_final, f"must be >= dt={self.dt}")
         if abs(self.n_steps * self.dt - self.t_final) > 1e-9 * self.t_final:
             bad("t_final", self.t_final, f"must be a whole number of steps of dt={self.dt}")
         for key in ("iters", "iters_later"):
-            if not (isinstance(getattr(self, key), int) and getattr(self, key) >= 1):
+            if getattr(self, key) < 1:
                 bad(key, getattr(self, key), "must be an integer >= 1")
-        for key in ("subsample_first", "subsample"):
-            value = getattr(self, key)
-            if not (isinstance(value, int) and 1 <= value <= self.n_params):
-                bad(key, value, f"must be an integer in [1, {self.n_params}] (the parameter count)")
-        for key in ("grid", "eval_grid"):
-            value = getattr(self, key)
-            if not (isinstance(value, int) and value >= 8):
-                bad(key, value, "must be an integer >= 8")
+        if self.solver not in SOLVERS:
+            bad("solver", self.solver, f"unknown, choose one of {list(SOLVERS)}")
         if not 0 <= self.damping < 1:
             bad("damping", self.damping, "must be in [0, 1)")
-        if not isinstance(self.seed, int):
-            bad("seed", self.seed, "must be an integer")
+        for key in ("grid", "eval_grid"):
+            if getattr(self, key) < 8:
+                bad(key, getattr(self, key), "must be an integer >= 8")
+        n_params = self.n_params
+        for key in ("subsample_first", "subsample"):
+            value = getattr(self, key)
+            if not 1 <= value <= n_params:
+                bad(key, value, f"must be an integer in [1, {n_params}] (the parameter count)")
+        self.method.cls.check(self)
 
 
 def check_group_choices(overrides: list[str], conf_dir) -> None:

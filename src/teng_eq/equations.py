@@ -9,7 +9,8 @@ reference (derivatives by FFT), so the two cannot disagree about the PDE.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -17,19 +18,88 @@ import numpy as np
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from teng_eq.config import bad
+from teng_eq.grid import cell_volume, grid_points
+
 TWO_PI = 2.0 * math.pi
 
 
+class Quadrature(NamedTuple):
+    """``∫ f ≈ Σₙ wₙ f(xₙ)``: ``points`` (n, dim) and ``weights``, one number when
+    every point has the same weight (a uniform periodic grid), else (n,)."""
+
+    points: Float[Array, "n dim"]
+    weights: float | Float[Array, " n"]
+
+
 class Equation(eqx.Module):
-    """``∂ₜu = ν Δu + N(u, ∇u)`` on ``[0, L₁) × … × [0, L_d)``, periodic."""
+    """``∂ₜu = ν Δu + N(u, ∇u)`` on ``[0, L₁) × … × [0, L_d)``, periodic, from the
+    initial condition ``INITIAL_CONDITIONS[initial_condition]``.
+
+    What the rest of the code asks of an equation: its operator (:meth:`rhs`,
+    :func:`operator`), initial condition (:meth:`u0`), quadrature for the fits
+    (:meth:`quadrature`), points held out of them (:meth:`holdout`), the points
+    and weights of the error norms (:meth:`evaluation`) and its reference
+    solution (:meth:`reference`). Built from its config group by
+    :meth:`from_config`.
+    """
 
     name: str = eqx.field(static=True)
     nu: float = eqx.field(static=True)
     lengths: tuple[float, ...] = eqx.field(static=True, default=(TWO_PI, TWO_PI))
+    initial_condition: str = eqx.field(static=True, default="paper2d")
+
+    @classmethod
+    def from_config(cls, group: Mapping) -> Equation:
+        """The equation of the ``equation`` config group (without its ``impl``);
+        a bad key or value raises a one-line :class:`~teng_eq.config.ConfigError`."""
+        known = {"name", "nu", "lengths", "initial_condition"}
+        for key in group:
+            if key not in known:
+                bad(f"equation.{key}", group[key], f"unknown key; known: {sorted(known)}")
+        name = group.get("name")
+        if not isinstance(name, str):
+            bad("equation.name", name, "must be a string")
+        nu = group.get("nu")
+        if isinstance(nu, bool) or not isinstance(nu, (int, float)) or not nu > 0:
+            bad("equation.nu", nu, "must be a number > 0")
+        lengths = group.get("lengths", (TWO_PI, TWO_PI))
+        if not (isinstance(lengths, (list, tuple)) and len(lengths) >= 1
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in lengths)):
+            bad("equation.lengths", lengths, "must be a list of numbers > 0, one per dimension")
+        ic = group.get("initial_condition", "paper2d")
+        if ic not in INITIAL_CONDITIONS:
+            bad("equation.initial_condition", ic, f"unknown, choose one of {sorted(INITIAL_CONDITIONS)}")
+        return cls(name=name, nu=float(nu), lengths=tuple(float(v) for v in lengths), initial_condition=ic)
 
     @property
     def dim(self) -> int:
         return len(self.lengths)
+
+    def u0(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
+        """The initial condition at one point (NumPy or JAX, coordinate first)."""
+        return INITIAL_CONDITIONS[self.initial_condition](x)
+
+    def quadrature(self, n: int) -> Quadrature:
+        """The ``n^d`` periodic grid and its (uniform) trapezoid weight."""
+        return Quadrature(grid_points(n, self.lengths), cell_volume(n, self.lengths))
+
+    def holdout(self, n: int) -> Quadrature:
+        """Points no fit on :meth:`quadrature` (n) uses: that grid shifted by half a
+        cell along every axis, same weight."""
+        shift = jnp.asarray([0.5 * length / n for length in self.lengths])
+        return Quadrature(grid_points(n, self.lengths) + shift, cell_volume(n, self.lengths))
+
+    def evaluation(self, m: int) -> Quadrature:
+        """Points and weights of the error norms: the ``m^d`` grid."""
+        return self.quadrature(m)
+
+    def reference(self, times, *, cache_dir=None):
+        """Reference solution at ``times`` (see :func:`teng_eq.reference.reference_solution`);
+        its ``values(k, m)`` are u(·, times[k]) at the points of :meth:`evaluation` (m)."""
+        from teng_eq.reference import reference_solution
+
+        return reference_solution(self, times, cache_dir=cache_dir, initial_condition=self.initial_condition)
 
     def nonlinear(self, u, grad_u):
         """N(u, ∇u); ``grad_u`` has the spatial dimension as its *first* axis.

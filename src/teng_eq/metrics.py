@@ -1,7 +1,7 @@
 """Error metrics against a reference (paper eqs. ``rel_err`` and ``g_rel_err``).
 
-On a uniform periodic grid every quadrature weight is the same, so it cancels in
-the ratios below.
+The L² norms are quadrature sums; on a uniform periodic grid every weight is
+the same and cancels in the ratios below.
 """
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 
-def squared_norms(pred, ref) -> tuple[float, float]:
-    """``(Σ (û − u)², Σ u²)`` over a grid: the pieces of both metrics."""
+def squared_norms(pred, ref, weights=1.0) -> tuple[float, float]:
+    """``(Σ w (û − u)², Σ w u²)`` over quadrature points: the pieces of both metrics
+    (a uniform ``weights`` cancels in their ratios)."""
     pred, ref = np.asarray(pred, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+    w = np.broadcast_to(np.asarray(weights, np.float64), ref.shape)
     diff = pred - ref
-    return float(diff @ diff), float(ref @ ref)
+    return float(np.sum(w * diff * diff)), float(np.sum(w * ref * ref))
 
 
 def relative_l2(pred, ref) -> float:

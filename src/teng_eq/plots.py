@@ -15,9 +15,10 @@ import numpy as np  # noqa: E402
 _MARGINS = dict(left=0.08, right=0.97, bottom=0.14, top=0.86, wspace=0.3)
 
 
-def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "") -> Path:
+def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "", step_times=None) -> Path:
     """Relative L² error against time (paper Fig. compare_method_all), and the
-    per-step final loss on a second panel when given."""
+    per-step final loss on a second panel when given, against ``step_times``
+    (default ``times[1:]``; a global-in-time method passes its block numbers)."""
     panels = 1 if step_loss is None else 2
     fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
     ax = axes[0, 0]
@@ -27,7 +28,8 @@ def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "") -> P
     ax.grid(True, which="both", alpha=0.3)
     if step_loss is not None:
         ax = axes[0, 1]
-        ax.semilogy(np.asarray(times)[1:], step_loss, ".", ms=2)
+        x = np.asarray(times)[1:] if step_times is None else np.asarray(step_times)
+        ax.semilogy(x, step_loss, ".", ms=2)
         ax.set_xlabel("t")
         ax.set_ylabel("final loss of the step")
         ax.grid(True, which="both", alpha=0.3)
@@ -38,9 +40,10 @@ def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "") -> P
     return Path(path)
 
 
-def loss_iterations(path: Path, table, steps, step_loss=None, times=None, title: str = "") -> Path:
+def loss_iterations(path: Path, table, steps, step_loss=None, step_times=None, title: str = "") -> Path:
     """Loss against iteration inside chosen time steps, one curve per stage
-    (paper Fig. allen_cahn_loss), and the final loss of every step against time.
+    (paper Fig. allen_cahn_loss), and the final loss of every step against
+    ``step_times`` (one per step).
 
     ``table`` has rows ``(step, t, stage, iteration, loss, lsq)`` as in
     :meth:`teng_eq.simulation.RunResult.loss_table`.
@@ -54,14 +57,15 @@ def loss_iterations(path: Path, table, steps, step_loss=None, times=None, title:
         for stage in np.unique(rows[:, 2]).astype(int):
             r = rows[rows[:, 2] == stage]
             ax.semilogy(r[:, 3], r[:, 4], "o-", ms=3, label=f"stage {stage + 1}")
-        ax.set_title(f"step {n} (t = {rows[0, 1]:.4g})" if len(rows) else f"step {n}")
+        ax.set_title(f"step {n} (t = {rows[0, 1]:.4g})" if len(rows) and np.isfinite(rows[0, 1])
+                     else f"step {n}")
         ax.set_xlabel("iteration")
         ax.grid(True, alpha=0.3)
     axes[0, 0].set_ylabel("loss")
     axes[0, 0].legend(fontsize=7)
     if step_loss is not None:
         ax = axes[0, -1]
-        ax.semilogy(np.asarray(times)[1:], step_loss, ".", ms=2)
+        ax.semilogy(np.asarray(step_times), step_loss, ".", ms=2)
         ax.set_xlabel("t")
         ax.set_title("final loss of each step")
         ax.grid(True, alpha=0.3)

@@ -120,6 +120,11 @@ class SpectralSolution:
         # The DFT's 1/size normalisation changes from 1/N² to 1/m².
         return sfft.ifft2(folded, workers=_WORKERS).real * (m / n) ** 2
 
+    def values(self, k: int, m: int) -> np.ndarray:
+        """u(·, t_k) at the points of ``Equation.evaluation(m)`` (the m×m grid in
+        'ij' order), flattened."""
+        return self.at(k, m).ravel()
+
     def on_grid(self, m: int) -> np.ndarray:
         """u at every stored time on the m×m grid, shape (n_t, m, m); see :meth:`at`."""
         out = np.empty((len(self.times), m, m))

@@ -1,135 +1,162 @@
-"""A whole TENG run: θ₀, reference, time stepping, metrics.
+"""A whole run of any method: θ₀, reference, stepping, metrics.
 
 This is the library's entry point for the pipeline: it takes a validated
-:class:`~teng_eq.config.RunConfig` and reports each time step to a callback, so
-that progress bars and experiment tracking stay outside the numerics.
+:class:`~teng_eq.config.RunConfig`, builds the method its ``method.impl`` names
+(:class:`teng_eq.methods.Method`) and reports each step to a callback, so that
+progress bars and experiment tracking stay outside the numerics.
+
+Timing: ``runtime_s`` and the per-step ``wall_time_s`` count the compiled
+steps alone (each waited for); the error evaluation after a step is timed
+apart as ``eval_s``, compilation as ``compile_s``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from teng_eq.config import RunConfig
-from teng_eq.equations import INITIAL_CONDITIONS, Equation, make_equation
-from teng_eq.grid import cell_volume, grid_points
+from teng_eq.equations import Equation, Quadrature
 from teng_eq.initial_fit import cached_initial_parameters
-from teng_eq.integrators import INTEGRATORS, TENGStep
+from teng_eq.methods.base import Method, StepInfo
 from teng_eq.metrics import global_relative_l2, squared_norms
 from teng_eq.model import ParamSpace, TENGNet
-from teng_eq.reference import reference_solution
-from teng_eq.stepper import Stepper
 
 
 @dataclasses.dataclass
 class StepRecord:
-    """What one time step reports: ``step`` n is at ``t = n·dt``.
+    """What one step reports. ``step`` n of a sequential method is at ``t = n·dt``
+    (step 0: the start, with ``rel_l2`` only); a global-in-time method's steps
+    are blocks of its optimisation (``t`` is None, no ``rel_l2``).
 
-    ``losses`` has one row per (stage, iteration): the loss before that
-    iteration, with the stage's final loss as iteration ``iters``; ``lsq`` is the
-    least-squares residual of the iteration (NaN on the final row).
+    ``metrics`` are logged under their names at ``step``: ``rel_l2`` (where
+    measured), ``wall_time_s`` and every per-step scalar of the method
+    (``step_loss``, …). ``losses`` has rows ``(stage, iteration, loss, lsq)``.
     """
 
     step: int
-    t: float
-    rel_l2: float
-    step_loss: float
-    wall_time_s: float
-    losses: np.ndarray  # (rows, 4): stage, iteration, loss, lsq
+    of: int  # the method's number of steps
+    t: float | None
+    metrics: dict[str, float]
+    losses: np.ndarray
 
 
 @dataclasses.dataclass
 class RunResult:
-    times: np.ndarray
-    rel_l2: np.ndarray  # (n_steps + 1,), index 0 is θ₀'s fit error
-    step_loss: np.ndarray  # (n_steps,)
-    wall_time_s: np.ndarray  # (n_steps,)
+    times: np.ndarray  # (n_steps + 1,) physical times t_n = n·dt
+    rel_l2: np.ndarray  # (n_steps + 1,) error at each t_n; index 0 is the start
+    scalars: dict[str, np.ndarray]  # per method step, each (steps,)
+    wall_time_s: np.ndarray  # (steps,) cumulative stepping time
     global_rel_l2: float
     runtime_s: float
+    eval_s: float
     compile_s: float
-    fit_info: dict
+    fit_info: dict | None  # None when the method does not start from θ₀
     reference_s: float
-    theta: np.ndarray
-    network: TENGNet
-    losses: list[np.ndarray]  # one (rows, 4) table per step
-    snapshots: dict[int, tuple[np.ndarray, np.ndarray]]  # step -> (TENG, reference) on the eval grid
+    events: dict[str, int]  # solver events summed over the run
+    network: eqx.Module
+    losses: list[np.ndarray]  # one (rows, 4) table per method step
+    snapshots: dict[int, tuple[np.ndarray, np.ndarray]]  # time index -> (û, reference) on the eval points
+    sequential: bool
+
+    @property
+    def step_loss(self) -> np.ndarray:
+        return self.scalars["step_loss"]
 
     def loss_table(self) -> np.ndarray:
-        """Every iteration of the run, rows ``(step, t, stage, iteration, loss, lsq)``."""
+        """Every iteration of the run, rows ``(step, t, stage, iteration, loss, lsq)``
+        (``t`` is NaN for a global-in-time method's blocks)."""
         return np.concatenate([
-            np.column_stack([np.full(len(tab), n), np.full(len(tab), self.times[n]), tab])
+            np.column_stack([np.full(len(tab), n),
+                             np.full(len(tab), self.times[n] if self.sequential else np.nan), tab])
             for n, tab in enumerate(self.losses, start=1)
         ])
 
 
-def _stage_rows(logs) -> np.ndarray:
-    rows = []
-    for s, log in enumerate(logs):
-        loss, lsq = np.asarray(log.loss), np.asarray(log.lsq)
-        for i in range(loss.size):
-            rows.append((s, i, loss[i], lsq[i] if i < lsq.size else np.nan))
-    return np.asarray(rows, np.float64)
+def stage_rows(info: StepInfo) -> np.ndarray:
+    """``info``'s loss table as rows ``(stage, iteration, loss, lsq)``, padding dropped."""
+    losses, lsq = np.asarray(info.losses), np.asarray(info.lsq)
+    stage, it = np.nonzero(~np.isnan(losses))
+    return np.column_stack([stage, it, losses[stage, it], lsq[stage, it]]).astype(np.float64)
 
 
 @dataclasses.dataclass
 class Problem:
     """What a run starts from: the equation, the network as a function of θ, the
-    quadrature grid and its weight, and θ₀ (fitted or from the cache)."""
+    fit quadrature, points held out of it, and θ₀ (fitted or from the cache;
+    None for a method that does not use it)."""
 
     equation: Equation
     space: ParamSpace
-    points: jax.Array
-    weight: float
-    theta0: jax.Array
-    fit_info: dict
+    quadrature: Quadrature
+    holdout: Quadrature
+    theta0: jax.Array | None
+    fit_info: dict | None
+
+    @property
+    def points(self) -> jax.Array:
+        return self.quadrature.points
+
+    @property
+    def weight(self):
+        return self.quadrature.weights
 
 
 def build_network(cfg: RunConfig) -> TENGNet:
     """The untrained network of ``cfg`` (its architecture, initialised from ``seed``)."""
-    equation = make_equation(cfg.equation, cfg.nu, cfg.lengths)
     key_net, _ = jax.random.split(jax.random.PRNGKey(cfg.seed))
     return TENGNet(
-        dim=equation.dim, features=cfg.network.features, width=cfg.network.width,
-        depth=cfg.network.depth, lengths=equation.lengths, key=key_net,
+        dim=cfg.equation.dim, features=cfg.network.features, width=cfg.network.width,
+        depth=cfg.network.depth, lengths=cfg.equation.lengths, key=key_net,
     )
 
 
-def save_network(path: Path, network: TENGNet) -> Path:
+def parameter_count(cfg: RunConfig) -> int:
+    """Trainable parameters of :func:`build_network` (by shape evaluation, no compute)."""
+    shapes = eqx.filter_eval_shape(build_network, cfg)
+    return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(shapes)
+               if isinstance(leaf, jax.ShapeDtypeStruct) and np.issubdtype(leaf.dtype, np.inexact))
+
+
+def save_network(path: Path, network: eqx.Module) -> Path:
     """θ as ``eqx.tree_serialise_leaves`` bytes (no pickle); read back by :func:`load_network`."""
     eqx.tree_serialise_leaves(path, network)
     return Path(path)
 
 
-def load_network(cfg: RunConfig, path: Path) -> TENGNet:
+def load_network(cfg: RunConfig, path: Path) -> eqx.Module:
     """The network saved by :func:`save_network` from a run of ``cfg``."""
     return eqx.tree_deserialise_leaves(path, build_network(cfg))
 
 
-def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None = None) -> Problem:
-    """Build the equation and network of ``cfg`` and fit (or load) θ₀."""
+def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None = None,
+            fit: bool = True) -> Problem:
+    """Build the equation and network of ``cfg`` and, if ``fit``, fit (or load) θ₀."""
     cfg.validate()
-    equation = make_equation(cfg.equation, cfg.nu, cfg.lengths)
+    equation = cfg.equation
     _, key_fit = jax.random.split(jax.random.PRNGKey(cfg.seed))
     net = build_network(cfg)
     space = ParamSpace(net)
-    points, weight = grid_points(cfg.grid, equation.lengths), cell_volume(cfg.grid, equation.lengths)
-    description = dict(
-        initial_condition=cfg.initial_condition, lengths=list(equation.lengths),
-        network=dataclasses.asdict(cfg.network), grid=cfg.grid, seed=cfg.seed,
-        fit=dataclasses.asdict(cfg.fit),
-    )
-    theta, fit_info = cached_initial_parameters(
-        net, INITIAL_CONDITIONS[cfg.initial_condition], points, weight, key=key_fit,
-        fit=cfg.fit, description=description, directory=cache_dir, log=log,
-    )
-    return Problem(equation, space, points, weight, theta, fit_info)
+    quadrature, holdout = equation.quadrature(cfg.grid), equation.holdout(cfg.grid)
+    theta, fit_info = None, None
+    if fit:
+        description = dict(
+            initial_condition=equation.initial_condition, lengths=list(equation.lengths),
+            network=dataclasses.asdict(cfg.network), grid=cfg.grid, seed=cfg.seed,
+            fit=dataclasses.asdict(cfg.fit),
+        )
+        theta, fit_info = cached_initial_parameters(
+            net, equation.u0, quadrature.points, quadrature.weights, key=key_fit,
+            fit=cfg.fit, description=description, directory=cache_dir, log=log,
+        )
+    return Problem(equation, space, quadrature, holdout, theta, fit_info)
 
 
 def run_simulation(
@@ -140,72 +167,87 @@ def run_simulation(
     cache_dir=None,
     snapshot_steps: Sequence[int] = (),
 ) -> RunResult:
-    """Run TENG from θ₀ to ``t_final`` and measure the error at every step.
+    """Run ``cfg.method`` to ``t_final`` and measure the error at every time step.
 
-    At each of ``snapshot_steps`` the TENG and reference fields on the
-    evaluation grid are kept (``RunResult.snapshots``), for density plots.
+    At each of ``snapshot_steps`` (time indices) the method's and the reference
+    fields on the evaluation points are kept (``RunResult.snapshots``), for
+    density plots.
     """
-    problem = prepare(cfg, cache_dir=cache_dir, log=log)
-    equation, space, points, weight = problem.equation, problem.space, problem.points, problem.weight
-    theta, fit_info = problem.theta0, problem.fit_info
-    key_run = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 1)
+    cls: type[Method] = cfg.method.cls
+    problem = prepare(cfg, cache_dir=cache_dir, log=log, fit=cls.uses_theta0)
+    method = cls.build(cfg, problem)
+    equation = problem.equation
 
     times = np.arange(cfg.n_steps + 1) * cfg.dt
     t0 = time.perf_counter()
-    reference = reference_solution(
-        equation, times, cache_dir=cache_dir, initial_condition=cfg.initial_condition
-    )
+    reference = equation.reference(times, cache_dir=cache_dir)
     reference_s = time.perf_counter() - t0
 
-    step = TENGStep(
-        integrator=INTEGRATORS[cfg.integrator],
-        stepper=Stepper(space, points, weight, cfg.solver, cfg.damping),
-        equation=equation, dt=cfg.dt, iters=cfg.iters, iters_later=cfg.iters_later,
-        subsample_first=cfg.subsample_first, subsample=cfg.subsample,
-    )
-    eval_points = grid_points(cfg.eval_grid, equation.lengths)
-    evaluate = jax.jit(lambda th: space.apply(th, eval_points))
-
+    key_run = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 1)
+    state = method.init(problem.theta0)
+    evaluation = equation.evaluation(cfg.eval_grid)
     t0 = time.perf_counter()
-    step_fn = jax.jit(step.__call__).lower(theta, key_run).compile()
+    # A closure, not the bound method: the method's arrays (grid, index tables)
+    # become constants of the one compiled step.
+    step_fn = jax.jit(lambda s, k: method.step(s, k)).lower(state, key_run).compile()
+    evaluate = jax.jit(lambda s, t: method.values(s, evaluation.points, t)).lower(state, 0.0).compile()
     compile_s = time.perf_counter() - t0
 
-    M = cfg.eval_grid
-    shape = (M,) * equation.dim
-    snapshots = {}
+    snapshots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     wanted = set(snapshot_steps)
-
-    def measure(n, theta):
-        u, ref = evaluate(theta), reference.at(n, M)
-        if n in wanted:
-            snapshots[n] = (np.asarray(u).reshape(shape), np.asarray(ref).reshape(shape))
-        return squared_norms(u, ref)
-
     err_sq, ref_sq = np.zeros(cfg.n_steps + 1), np.zeros(cfg.n_steps + 1)
-    err_sq[0], ref_sq[0] = measure(0, theta)
-    step_loss, wall = np.zeros(cfg.n_steps), np.zeros(cfg.n_steps)
-    tables = []
-    start = time.perf_counter()
-    for n in range(1, cfg.n_steps + 1):
-        theta, logs = step_fn(theta, jax.random.fold_in(key_run, n))
-        err_sq[n], ref_sq[n] = measure(n, theta)
-        table = _stage_rows(logs)
-        tables.append(table)
-        step_loss[n - 1] = table[-1, 2]
-        if not np.isfinite(step_loss[n - 1] + err_sq[n]):
-            raise FloatingPointError(f"TENG diverged at step {n} (t={times[n]:.6g}): non-finite loss or error")
-        wall[n - 1] = time.perf_counter() - start
+    eval_s = 0.0
+
+    def measure(n: int, state) -> float:
+        nonlocal eval_s
+        start = time.perf_counter()
+        u = np.asarray(evaluate(state, times[n]))
+        ref = reference.values(n, cfg.eval_grid)
+        if n in wanted:
+            snapshots[n] = (u, ref)
+        err_sq[n], ref_sq[n] = squared_norms(u, ref, evaluation.weights)
+        eval_s += time.perf_counter() - start
+        return float(np.sqrt(err_sq[n] / ref_sq[n]))
+
+    steps = method.steps
+    scalars: dict[str, np.ndarray] = {}
+    wall, tables = np.zeros(steps), []
+    if method.sequential:
+        first = measure(0, state)
         if on_step is not None:
-            on_step(StepRecord(
-                step=n, t=float(times[n]), rel_l2=float(np.sqrt(err_sq[n] / ref_sq[n])),
-                step_loss=float(step_loss[n - 1]), wall_time_s=float(wall[n - 1]), losses=table,
-            ))
-    runtime_s = time.perf_counter() - start
+            on_step(StepRecord(step=0, of=steps, t=0.0, metrics={"rel_l2": first}, losses=np.zeros((0, 4))))
+    stepping = 0.0
+    for n in range(1, steps + 1):
+        start = time.perf_counter()
+        state, info = step_fn(state, jax.random.fold_in(key_run, n))
+        jax.block_until_ready(state)
+        stepping += time.perf_counter() - start
+        wall[n - 1] = stepping
+        info = jax.device_get(info)
+        table = stage_rows(info)
+        tables.append(table)
+        metrics = {k: float(v) for k, v in info.scalars.items()}
+        for k, v in metrics.items():
+            scalars.setdefault(k, np.full(steps, np.nan))[n - 1] = v
+        where = f"step {n} (t={times[n]:.6g})" if method.sequential else f"block {n}"
+        if method.sequential:
+            metrics["rel_l2"] = measure(n, state)
+        if not all(np.isfinite(v) for v in metrics.values()):
+            bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
+            raise FloatingPointError(f"{cfg.method.name} diverged at {where}: non-finite {', '.join(bad)}")
+        metrics["wall_time_s"] = float(wall[n - 1])
+        if on_step is not None:
+            on_step(StepRecord(step=n, of=steps, t=float(times[n]) if method.sequential else None,
+                               metrics=metrics, losses=table))
+    if not method.sequential:
+        for n in range(cfg.n_steps + 1):
+            measure(n, state)
 
     return RunResult(
-        times=times, rel_l2=np.sqrt(err_sq / ref_sq), step_loss=step_loss, wall_time_s=wall,
-        global_rel_l2=global_relative_l2(err_sq, ref_sq, times), runtime_s=runtime_s,
-        compile_s=compile_s, fit_info=fit_info, reference_s=reference_s,
-        theta=np.asarray(theta), network=space.network(jnp.asarray(theta)), losses=tables,
-        snapshots=snapshots,
+        times=times, rel_l2=np.sqrt(err_sq / ref_sq), scalars=scalars, wall_time_s=wall,
+        global_rel_l2=global_relative_l2(err_sq, ref_sq, times), runtime_s=stepping, eval_s=eval_s,
+        compile_s=compile_s, fit_info=problem.fit_info, reference_s=reference_s,
+        events={k: int(np.nansum(scalars[k])) for k in cls.events if k in scalars},
+        network=method.network(state), losses=tables, snapshots=snapshots,
+        sequential=method.sequential,
     )
