@@ -133,7 +133,7 @@ def save_network(path: Path, network: eqx.Module) -> Path:
 
 def load_network(cfg: RunConfig, path: Path) -> eqx.Module:
     """The network saved by :func:`save_network` from a run of ``cfg``."""
-    return eqx.tree_deserialise_leaves(path, build_network(cfg))
+    return eqx.tree_deserialise_leaves(path, cfg.method.cls.network_template(cfg))
 
 
 def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None = None,

@@ -3,6 +3,11 @@ behind one interface (:class:`Method`). Each is named by ``conf/method/*.yaml``
 through its ``impl`` key."""
 
 from teng_eq.methods.base import Method, StepInfo
+from teng_eq.methods.engd import PINNENGD
+from teng_eq.methods.obti import OBTI, OBTIAdam, OBTILBFGS
+from teng_eq.methods.pinn import PINN, PINNBFGS, SpaceTimeNet
+from teng_eq.methods.tdvp import TDVP
 from teng_eq.methods.teng import TENG
 
-__all__ = ["TENG", "Method", "StepInfo"]
+__all__ = ["OBTI", "PINN", "PINNBFGS", "PINNENGD", "TDVP", "TENG", "Method", "OBTIAdam", "OBTILBFGS",
+           "SpaceTimeNet", "StepInfo"]

@@ -83,6 +83,14 @@ class Method(eqx.Module):
     def network(self, state: PyTree) -> eqx.Module:
         raise NotImplementedError
 
+    @classmethod
+    def network_template(cls, cfg) -> eqx.Module:
+        """An untrained network of the shape :meth:`network` returns for ``cfg``: what a
+        saved ``params/theta.eqx`` is read into. Default: the sequential network."""
+        from teng_eq.simulation import build_network
+
+        return build_network(cfg)
+
 
 def stack_rows(rows: list[Array], width: int) -> Float[Array, "stages width"]:
     """1-D arrays as the rows of one array, NaN-padded to ``width``."""
