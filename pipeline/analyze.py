@@ -5,8 +5,10 @@
     python pipeline/analyze.py experiments=[heat,burgers] "filter=\"params.iters = '7'\""
     python pipeline/analyze.py mlflow=false out=reports/mine
 
-Writes error_vs_runtime.png, error_vs_dt.png, error_vs_time.png, table.md,
-table.csv, runs.csv (one row per run, Pareto flag) and slopes.csv to
+Writes error_vs_runtime.png, error_vs_dt.png, error_vs_time.png, table.md
+(Table 1: method × equation), table.csv, runs.csv (one row per run, Pareto flag),
+slopes.csv and, where the selection has runs of the ``loss_overlay`` methods,
+loss_overlay.png (their in-step losses, from each run's ``tables/losses.csv``) to
 ``reports/<selection>/``, then logs them as an MLflow run tagged
 ``run_kind=analysis``. Only FINISHED job runs count; the others are reported.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -25,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from teng_eq import analysis, plots
 from teng_eq.tracking import (
     SelectionError,
+    artifact_copies,
     default_tracking_uri,
     experiment_name,
     latest_sweep,
@@ -63,8 +67,15 @@ def _selection_name(sweep_id: str | None, exps: list[str] | None, filter_string:
     return "_".join(parts) or "all"
 
 
-def write_report(df: pd.DataFrame, curves: dict, out: Path) -> list[Path]:
-    """Figures and tables of the tidy runs ``df`` (with ``pareto``) into ``out``."""
+def write_report(df: pd.DataFrame, curves: dict, out: Path, *, losses: dict | None = None,
+                 loss_time: float | None = None, methods=(), equations=()) -> list[Path]:
+    """Figures and tables of the tidy runs ``df`` (with ``pareto``) into ``out``.
+
+    ``losses``: ``{run_id: (loss table, (steps, step_loss))}`` of the runs to overlay
+    in ``loss_overlay.png`` (none: no such figure), shown at the step nearest
+    ``loss_time`` (None: a quarter of each run's horizon); ``methods``, ``equations``:
+    the order of the rows and columns of the method × equation table.
+    """
     axes = analysis.varied_axes(df)
     groups = analysis.group_keys(axes, drop=("seed", "dt"))
     groups.remove("equation")  # one panel per equation
@@ -89,13 +100,47 @@ def write_report(df: pd.DataFrame, curves: dict, out: Path) -> list[Path]:
         plots.error_vs_runtime(out / "error_vs_runtime.png", runtime_panels),
         plots.error_vs_dt(out / "error_vs_dt.png", dt_panels),
         plots.error_vs_time(out / "error_vs_time.png", time_panels),
-        *analysis.write_table(table, out),
+        *analysis.write_table(table, out, methods, equations),
     ]
+    if losses:
+        paths.append(plots.loss_overlay(out / "loss_overlay.png",
+                                        _overlay_panels(df, losses, run_keys, loss_time)))
     cols = ["run_id", "experiment_id", *run_keys[:1], "equation", *run_keys[1:],
             "global_rel_l2", "runtime_s", "compile_s", "pareto"]
     df[cols].to_csv(out / "runs.csv", index=False)
     pd.DataFrame(slopes).to_csv(out / "slopes.csv", index=False)
     return paths + [out / "runs.csv", out / "slopes.csv"]
+
+
+def _overlay_panels(df: pd.DataFrame, losses: dict, run_keys: list[str], loss_time: float | None) -> dict:
+    """``{equation: (t, in_step, final)}`` for :func:`teng_eq.plots.loss_overlay`."""
+    panels = {}
+    chosen = df[df["run_id"].isin(list(losses))]
+    for eq, runs in chosen.groupby("equation", sort=True):
+        in_step, final, times = {}, {}, []
+        for _, row in runs.sort_values(run_keys).iterrows():
+            table, (steps, values) = losses[row["run_id"]]
+            t = np.nanmax(table[:, 1]) / 4 if loss_time is None else loss_time
+            n = analysis.step_near(table, t)
+            name = analysis.label(row, run_keys)
+            in_step[name] = analysis.in_step_losses(table, n)
+            final[name] = (np.asarray(steps) * row["dt"], values)
+            times.append(table[table[:, 0] == n, 1][0])
+        panels[eq] = (float(np.median(times)), in_step, final)
+    return panels
+
+
+def _run_losses(uri: str, df: pd.DataFrame, methods) -> dict:
+    """``{run_id: (loss table, (steps, step_loss))}`` of the sequential runs of ``methods``."""
+    ids = list(df.loc[df["method"].isin(list(methods)), "run_id"])
+    tables = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for run_id, path in artifact_copies(uri, ids, "tables/losses.csv", Path(tmp)).items():
+            table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+            if len(table) and np.isfinite(table[:, 1]).any():  # a global-in-time run has no t
+                tables[run_id] = table
+    step_loss = metric_curves(uri, list(tables), "step_loss")
+    return {run_id: (table, step_loss[run_id]) for run_id, table in tables.items()}
 
 
 def analyze(cfg: DictConfig) -> Path:
@@ -121,9 +166,14 @@ def analyze(cfg: DictConfig) -> Path:
     df["pareto"] = analysis.pareto_by_equation(df)
     curves = metric_curves(uri, list(df["run_id"]), "rel_l2")
     out = Path(cfg.out).resolve() if cfg.out else ROOT / "reports" / name
-    paths = write_report(df, curves, out)
+    losses = _run_losses(uri, df, cfg.loss_overlay or ())
+    methods, equations = list(cfg.method_order or ()), list(cfg.equation_order or ())
+    paths = write_report(df, curves, out, losses=losses, loss_time=cfg.loss_time, methods=methods,
+                         equations=equations)
 
-    print(analysis.table_markdown(analysis.summary_table(df)), end="")
+    table = analysis.summary_table(df)
+    print(analysis.table_markdown(table), end="")
+    print(analysis.wide_markdown(analysis.method_by_equation(table, methods, equations)), end="")
     print(f"{len(df)} runs; varied: {', '.join(analysis.varied_axes(df)) or 'nothing'}")
     print(f"wrote {', '.join(p.name for p in paths)} to {out}")
     if cfg.mlflow:

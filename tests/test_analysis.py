@@ -341,3 +341,77 @@ def test_method_by_equation_is_the_papers_table_layout():
     assert list(wide.columns) == ["method", "heat", "burgers"]
     assert wide.set_index("method").loc["teng_heun"].tolist() == ["1.500e-06 (20 s)", "2.250e-06 (30.5 s)"]
     assert wide.set_index("method").loc["teng_euler", "burgers"] == "–"
+
+
+# --- Table 1 across methods, the in-step loss overlay ------------------------------------------
+
+
+def test_method_by_equation_follows_the_papers_order():
+    table = pd.DataFrame({
+        "method": ["pinn_bfgs", "obti_adam", "teng_heun", "mine", "teng_heun"],
+        "equation": ["burgers", "heat", "allen_cahn", "heat", "heat"],
+        "global_rel_l2": [1e-1, 1e-2, 1e-5, 1e-3, 1e-6], "runtime_s": [1.0, 2.0, 3.0, 4.0, 5.0],
+        "n_runs": [1] * 5,
+    })
+    wide = analysis.method_by_equation(table, methods=["teng_heun", "obti_adam", "pinn_bfgs"],
+                                       equations=["heat", "allen_cahn", "burgers"])
+    assert list(wide.columns) == ["method", "heat", "allen_cahn", "burgers"]
+    assert list(wide["method"]) == ["teng_heun", "obti_adam", "pinn_bfgs", "mine"]  # unnamed last
+    assert wide.iloc[0].tolist() == ["teng_heun", "1.000e-06 (5 s)", "1.000e-05 (3 s)", "–"]
+
+
+def _loss_table(steps, dt, stages, iters, floor):
+    """A run's losses.csv: loss halving per iteration from 1e-6 · step down to ``floor``."""
+    rows = [(n, n * dt, s, i, max(1e-6 * n * 0.5**i, floor), np.nan)
+            for n in range(1, steps + 1) for s in range(stages) for i in range(iters + 1)]
+    return np.asarray(rows, dtype=float)
+
+
+def test_step_near_and_in_step_losses():
+    table = _loss_table(8, 0.005, 2, 3, 0.0)
+    assert analysis.step_near(table, 0.0101) == 2 and analysis.step_near(table, 9.0) == 8
+    stages = analysis.in_step_losses(table, 3)
+    assert sorted(stages) == [0, 1]
+    iterations, losses = stages[1]
+    assert iterations.tolist() == [0, 1, 2, 3] and losses.tolist() == pytest.approx(
+        [3e-6 * 0.5**i for i in range(4)])
+
+
+def test_analyze_overlays_in_step_losses_from_the_artifacts(tmp_path):
+    """Runs of TENG-Euler and OBTI-Adam with a ``tables/losses.csv`` artifact and a PINN
+    (no time in its table): the overlay shows the two sequential ones."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.tracking.MlflowClient(uri)
+    exp = client.create_experiment("heat", artifact_location=(tmp_path / "mlruns").as_uri())
+    parent = client.create_run(exp, tags={"run_kind": "sweep"}).info.run_id
+    for method, stages, iters, floor in [("teng_euler", 1, 7, 1e-14), ("obti_adam", 1, 300, 1e-8),
+                                         ("pinn_bfgs", 1, 50, 1e-5)]:
+        run_id = client.create_run(exp, tags={"run_kind": "job", "mlflow.parentRunId": parent}).info.run_id
+        params = {**_params("teng_euler", "heat", 0.005, "heat"), "method": method, "method.name": method}
+        client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()],
+                         metrics=[Metric("step_loss", floor, 0, k) for k in range(1, 9)]
+                         + [Metric("global_rel_l2", floor, 0, 0), Metric("runtime_s", 1.0, 0, 0)])
+        table = _loss_table(8, 0.005, stages, iters, floor)
+        if method == "pinn_bfgs":
+            table[:, 1] = np.nan
+        np.savetxt(tmp_path / "losses.csv", table, delimiter=",", header="step,t,stage,iteration,loss,lsq",
+                   comments="")
+        client.log_artifact(run_id, str(tmp_path / "losses.csv"), "tables")
+        client.set_terminated(run_id)
+    client.set_terminated(parent)
+    module = _script()
+    df = analysis.tidy(analysis.select_jobs(load_runs(uri, sweep="latest"))[0])
+    losses = module._run_losses(uri, df, ["teng_euler", "obti_adam", "pinn_bfgs"])
+    assert sorted(df.set_index("run_id").loc[list(losses), "method"]) == ["obti_adam", "teng_euler"]
+    table, (steps, values) = losses[df.loc[df["method"] == "obti_adam", "run_id"].item()]
+    assert table.shape == (8 * 301, 6) and steps == list(range(1, 9)) and values == [1e-8] * 8
+    df["pareto"] = analysis.pareto_by_equation(df)
+    curves = {r: ([0, 1], [1e-7, 1e-6]) for r in df["run_id"]}
+    paths = module.write_report(df, curves, tmp_path / "out", losses=losses, loss_time=0.01)
+    assert (tmp_path / "out" / "loss_overlay.png") in paths
+    assert (tmp_path / "out" / "loss_overlay.png").stat().st_size > 10_000
+    panels = module._overlay_panels(df, losses, ["method"], 0.01)
+    t, in_step, final = panels["heat"]
+    assert sorted(final) == sorted(in_step)
+    assert t == pytest.approx(0.01) and sorted(in_step) == ["obti_adam", "teng_euler"]
+    assert in_step["obti_adam"][0][1][-1] == pytest.approx(1e-8)  # floor reached inside step 2

@@ -194,25 +194,55 @@ def _cell(col: str, value) -> str:
     return str(value)
 
 
-def method_by_equation(table: pd.DataFrame) -> pd.DataFrame:
+def method_by_equation(table: pd.DataFrame, methods: Sequence[str] = (),
+                       equations: Sequence[str] = ()) -> pd.DataFrame:
     """The paper's Table 1 layout of a :func:`summary_table`: one row per method
-    (and other varied axis), one column per equation, cells ``error (runtime s)``."""
+    (and other varied axis), one column per equation, cells ``error (runtime s)``.
+
+    Rows and columns come in the order of ``methods`` and ``equations`` where they
+    are named there, the others after them in their order of appearance.
+    """
     rows = [c for c in table.columns if c not in ("equation", "global_rel_l2", "runtime_s", "n_runs")]
+    table = table.iloc[np.argsort([_rank(m, methods) for m in table["method"]], kind="stable")]
     cells = table.assign(cell=[f"{_cell('global_rel_l2', e)} ({_cell('runtime_s', r)} s)"
                                for e, r in zip(table["global_rel_l2"], table["runtime_s"])])
     wide = cells.pivot_table(index=rows, columns="equation", values="cell", aggfunc="first", sort=False)
-    return wide.fillna("–").reset_index().rename_axis(columns=None)
+    cols = sorted(wide.columns, key=lambda e: _rank(e, equations))  # stable: appearance order kept
+    return wide[cols].fillna("–").reset_index().rename_axis(columns=None)
 
 
-def write_table(table: pd.DataFrame, folder: Path) -> tuple[Path, Path]:
-    """``table.md`` (the long table, then method × equation) and ``table.csv``
-    (the long table, full precision) in ``folder``."""
+def _rank(name, order: Sequence[str]) -> int:
+    return list(order).index(name) if name in order else len(order)
+
+
+def step_near(table: np.ndarray, t: float) -> int:
+    """The time step of a run's loss table (rows ``(step, t, stage, iteration, loss, lsq)``,
+    :meth:`teng_eq.simulation.RunResult.loss_table`) whose time is nearest ``t``."""
+    steps, times = np.asarray(table)[:, 0], np.asarray(table)[:, 1]
+    return int(steps[np.nanargmin(np.abs(times - t))])
+
+
+def in_step_losses(table: np.ndarray, step: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``{stage: (iterations, losses)}`` inside time step ``step`` of a loss table."""
+    rows = np.asarray(table)
+    rows = rows[rows[:, 0] == step]
+    return {int(s): (rows[rows[:, 2] == s, 3], rows[rows[:, 2] == s, 4]) for s in np.unique(rows[:, 2])}
+
+
+def write_table(table: pd.DataFrame, folder: Path, methods: Sequence[str] = (),
+                equations: Sequence[str] = ()) -> tuple[Path, Path]:
+    """``table.md`` (the long table, then method × equation in the order of ``methods``
+    and ``equations``) and ``table.csv`` (the long table, full precision) in ``folder``."""
     folder = Path(folder)
     md, csv = folder / "table.md", folder / "table.csv"
-    wide = method_by_equation(table)
-    lines = ["| " + " | ".join(wide.columns) + " |", "|" + "|".join("---" for _ in wide.columns) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in wide.itertuples(index=False)]
     md.write_text(table_markdown(table) + "\n## Global relative L² error (runtime), method × equation\n\n"
-                  + "\n".join(lines) + "\n")
+                  + wide_markdown(method_by_equation(table, methods, equations)))
     table.to_csv(csv, index=False)
     return md, csv
+
+
+def wide_markdown(wide: pd.DataFrame) -> str:
+    """A :func:`method_by_equation` table as GitHub markdown."""
+    lines = ["| " + " | ".join(wide.columns) + " |", "|" + "|".join("---" for _ in wide.columns) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in wide.itertuples(index=False)]
+    return "\n".join(lines) + "\n"

@@ -462,6 +462,25 @@ def metric_curves(tracking_uri: str, run_ids: list[str] | tuple[str, ...], key: 
     return curves
 
 
+def artifact_copies(tracking_uri: str, run_ids: list[str] | tuple[str, ...], path: str,
+                    folder: Path) -> dict[str, Path]:
+    """``{run_id: local copy}`` of the artifact ``path`` (e.g. ``tables/losses.csv``) of
+    each run, downloaded into ``folder/<run_id>/``; runs without it are left out."""
+    import mlflow
+
+    _open_store(tracking_uri)
+    copies = {}
+    for run_id in run_ids:
+        try:
+            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path,
+                                                        dst_path=str(Path(folder) / run_id),
+                                                        tracking_uri=tracking_uri)
+        except (mlflow.exceptions.MlflowException, OSError):
+            continue
+        copies[run_id] = Path(local)
+    return copies
+
+
 def experiment_name(tracking_uri: str, experiment_id: str) -> str:
     """The name of experiment ``experiment_id``."""
     return _open_store(tracking_uri).get_experiment(experiment_id).name
