@@ -20,7 +20,7 @@ from teng_eq.equations import Heat
 from teng_eq.grid import cell_volume, grid_points
 from teng_eq.integrators import RK4
 from teng_eq.lstsq import SOLVERS
-from teng_eq.methods import OBTIAdam, OBTILBFGS, TDVP, PINNBFGS, PINNENGD
+from teng_eq.methods import OBTILBFGS, TDVP, OBTIAdam
 from teng_eq.methods.pinn import pde_residual
 from teng_eq.model import ParamSpace
 from teng_eq.simulation import prepare, run_simulation
