@@ -115,6 +115,13 @@ def density(path: Path, snapshots, times, lengths, title: str = "") -> Path:
     return Path(path)
 
 
+def _palette(series) -> dict[str, str]:
+    """One colour per label across every panel (``series``: one ``{label: …}`` per panel),
+    so that a method keeps its colour where another panel lacks some label."""
+    labels = list(dict.fromkeys(name for panel in series for name in panel))
+    return {name: f"C{i % 10}" for i, name in enumerate(labels)}
+
+
 def _panels(n: int, width: float = 5.5, height: float = 4.2):
     fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
     return fig, list(axes[0])
@@ -138,12 +145,13 @@ def error_vs_runtime(path: Path, panels) -> Path:
     panel is the points of all its labels with ``on_front`` true.
     """
     fig, axes = _panels(max(len(panels), 1))
+    color = _palette(panels.values())
     for ax, (title, series) in zip(axes, panels.items()):
         front_r, front_e = [], []
-        for i, (name, (runtime, error, on_front)) in enumerate(series.items()):
+        for name, (runtime, error, on_front) in series.items():
             runtime, error = np.asarray(runtime, float), np.asarray(error, float)
             on_front = np.asarray(on_front, bool)
-            ax.plot(runtime, error, "o", ms=5, color=f"C{i % 10}", label=name)
+            ax.plot(runtime, error, "o", ms=5, color=color[name], label=name)
             front_r += list(runtime[on_front])
             front_e += list(error[on_front])
         order = np.argsort(front_r, kind="stable")
@@ -164,9 +172,10 @@ def error_vs_dt(path: Path, panels) -> Path:
     the points alone.
     """
     fig, axes = _panels(max(len(panels), 1))
+    colors = _palette(panels.values())
     for ax, (title, series) in zip(axes, panels.items()):
-        for i, (name, (dt, error, (slope, prefactor))) in enumerate(series.items()):
-            color = f"C{i % 10}"
+        for name, (dt, error, (slope, prefactor)) in series.items():
+            color = colors[name]
             if np.isfinite(slope):
                 grid = np.geomspace(np.min(dt), np.max(dt), 20)
                 ax.plot(grid, prefactor * grid**slope, "-", color=color, lw=1)
@@ -184,9 +193,10 @@ def error_vs_time(path: Path, panels) -> Path:
     ``panels``: ``{title: {label: (t, rel_l2)}}``.
     """
     fig, axes = _panels(max(len(panels), 1))
+    color = _palette(panels.values())
     for ax, (title, series) in zip(axes, panels.items()):
-        for i, (name, (t, rel_l2)) in enumerate(series.items()):
-            ax.semilogy(t, rel_l2, "-", color=f"C{i % 10}", lw=1.2, label=name)
+        for name, (t, rel_l2) in series.items():
+            ax.semilogy(t, rel_l2, "-", color=color[name], lw=1.2, label=name)
         _label(ax, title, "t", "relative L² error")
     return _finish(fig, path, axes)
 
@@ -209,16 +219,17 @@ def loss_overlay(path: Path, panels) -> Path:
     """
     rows = max(len(panels), 1)
     fig, axes = plt.subplots(rows, 2, figsize=(11, 4.0 * rows), squeeze=False)
+    color = _palette(final for _, _, final in panels.values())
     for (left, right), (equation, (t, in_step, final)) in zip(axes, panels.items()):
-        for i, (name, stages) in enumerate(in_step.items()):
+        for name, stages in in_step.items():
             for stage, (iterations, losses) in stages.items():
                 label = name if len(stages) == 1 else f"{name} stage {stage + 1}"
                 left.semilogy(iterations, losses, "o-" if len(iterations) < 30 else "-", ms=3, lw=1.2,
-                              color=f"C{i % 10}", alpha=1.0 if stage == len(stages) - 1 else 0.5,
-                              label=label)
+                              color=color[name], alpha=1.0 if stage == len(stages) - 1 else 0.5,
+                              ls="-" if stage == len(stages) - 1 else ":", label=label)
         left.set_xscale("symlog", linthresh=10)
         _label(left, f"{equation}: loss inside the step at t ≈ {t:.4g}", "iteration", "loss")
-        for i, (name, (times, step_loss)) in enumerate(final.items()):
-            right.semilogy(times, step_loss, ".-", ms=3, lw=0.8, color=f"C{i % 10}", label=name)
+        for name, (times, step_loss) in final.items():
+            right.semilogy(times, step_loss, ".-", ms=3, lw=0.8, color=color[name], label=name)
         _label(right, f"{equation}: final loss of each step", "t", "loss")
     return _finish(fig, path, [ax for row in axes for ax in row])

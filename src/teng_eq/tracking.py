@@ -469,6 +469,7 @@ def artifact_copies(tracking_uri: str, run_ids: list[str] | tuple[str, ...], pat
     import mlflow
 
     _open_store(tracking_uri)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per file otherwise
     copies = {}
     for run_id in run_ids:
         try:
