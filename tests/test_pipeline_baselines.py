@@ -109,7 +109,8 @@ def test_analyze_puts_the_pinns_in_table1_order(pinn_table):
     tmp, uri = pinn_table
     out = Path(tmp) / "report"
     proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "analyze.py"), f"tracking_uri={uri}",
-                           f"out={out}", "mlflow=false"], check=False, capture_output=True, text=True, timeout=300, cwd=tmp)
+                           f"out={out}", "mlflow=false"],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     wide = (out / "table.md").read_text().split("method × equation")[1]
     assert wide.index("| pinn_engd |") < wide.index("| pinn_bfgs |")

@@ -89,13 +89,16 @@ class OBTI(Method):
             updates, state = opt.update(grad, state, th, value=value, grad=grad, value_fn=loss)
             return (optax.apply_updates(th, updates), state), (value, jnp.linalg.norm(grad))
 
-        (theta, _), (values, gnorms) = jax.lax.scan(body, (theta, opt.init(theta)), length=self.options.iterations)
+        (theta, _), (values, gnorms) = jax.lax.scan(body, (theta, opt.init(theta)),
+                                                    length=self.options.iterations)
         return theta, jnp.concatenate([values, loss(theta)[None]]), gnorms
 
     def init(self, theta0: Float[Array, " params"]) -> Float[Array, " params"]:
         return theta0
 
-    def step(self, state: Float[Array, " params"], key: PRNGKeyArray) -> tuple[Float[Array, " params"], StepInfo]:
+    def step(
+        self, state: Float[Array, " params"], key: PRNGKeyArray
+    ) -> tuple[Float[Array, " params"], StepInfo]:
         theta, losses, gnorms = self.fit(state, self.target(state))
         info = StepInfo(losses=losses[None], lsq=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
                         scalars={"step_loss": losses[-1]})
@@ -128,8 +131,9 @@ class OBTIAdam(OBTI):
                 bad(f"{prefix}.decay", self.decay, "must be in (0, 1]")
 
     def optimizer(self):
-        schedule = optax.exponential_decay(self.options.learning_rate, transition_steps=self.options.iterations,
-                                           decay_rate=self.options.decay)
+        opts = self.options
+        schedule = optax.exponential_decay(opts.learning_rate, transition_steps=opts.iterations,
+                                           decay_rate=opts.decay)
         return optax.adam(schedule)
 
 

@@ -10,8 +10,9 @@ the initial-condition misfit over Ω,
 
 with N fixed space-time collocation points (a scrambled Halton sequence, so the
 objective is deterministic, as BFGS needs) and the initial condition on the
-equation's quadrature grid of ``initial`` points per dimension (weights wⱼ). The periodic boundary
-conditions hold by construction of the network (:class:`SpaceTimeNet`).
+equation's quadrature grid of ``initial`` points per dimension (weights wⱼ). The
+periodic boundary conditions hold by construction of the network
+(:class:`SpaceTimeNet`).
 
 The optimisation is split into ``iterations / block`` method steps of ``block``
 iterations each, so that the driver reports progress (and checkpoints) per
@@ -64,7 +65,9 @@ class SpaceTimeNet(eqx.Module):
         return self.output(h)
 
 
-def pde_residual(equation: Equation, fn: Callable[[Array], Array], z: Float[Array, " dim+1"]) -> Float[Array, ""]:
+def pde_residual(
+    equation: Equation, fn: Callable[[Array], Array], z: Float[Array, " dim+1"]
+) -> Float[Array, ""]:
     """``∂ₜu − L[u]`` at one space-time point ``z = (x, t)`` of a scalar ``fn(z)``
     (time derivative by a JVP, L by :func:`~teng_eq.equations.operator`)."""
     x, t = z[:-1], z[-1:]
@@ -147,7 +150,9 @@ class PINN(Method):
 
     # -- the loss ---------------------------------------------------------------------------
 
-    def interior_residual(self, theta: Float[Array, " params"], z: Float[Array, " dim+1"]) -> Float[Array, ""]:
+    def interior_residual(
+        self, theta: Float[Array, " params"], z: Float[Array, " dim+1"]
+    ) -> Float[Array, ""]:
         """``√(|Ω|T/N) (∂ₜû − L[û])`` at the collocation point ``z``."""
         return math.sqrt(self.interior_weight) * pde_residual(self.equation, self.space.network(theta), z)
 

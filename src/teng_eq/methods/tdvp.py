@@ -88,7 +88,9 @@ class TDVP(Method):
     def init(self, theta0: Float[Array, " params"]) -> Float[Array, " params"]:
         return theta0
 
-    def step(self, state: Float[Array, " params"], key: PRNGKeyArray) -> tuple[Float[Array, " params"], StepInfo]:
+    def step(
+        self, state: Float[Array, " params"], key: PRNGKeyArray
+    ) -> tuple[Float[Array, " params"], StepInfo]:
         theta = state
         keys = jax.random.split(key, self.integrator.stages)
         slopes, rho = [], []
