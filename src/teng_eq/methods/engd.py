@@ -33,8 +33,8 @@ from teng_eq.config import bad
 from teng_eq.lstsq import least_squares
 from teng_eq.methods.pinn import PINN, PINNState
 
-#: Equations the paper runs PINN-ENGD on (its authors' code covers only these).
-SUPPORTED = ("heat",)
+#: Equations the paper runs PINN-ENGD on (Table 1: the 2-D and 3-D heat equations).
+SUPPORTED = ("heat", "heat3d")
 
 
 class PINNENGD(PINN):
