@@ -136,8 +136,8 @@ def run_job(cfg: DictConfig, resolved: dict, job, multirun: bool, job_start: flo
     run_cfg, opts = job.run, job.options
     name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
     chash = config_hash(resolved)
-    with tracked_run(job.tracking_uri, opts.experiment_name, artifact_root=artifact_root_for(job.tracking_uri, ROOT),
-                     run_name=name, tags=job_tags(cfg, resolved),
+    with tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=job_tags(cfg, resolved),
+                     artifact_root=artifact_root_for(job.tracking_uri, ROOT),
                      parent_run_id=os.environ.get(PARENT_RUN_ENV) if multirun else None,
                      config_hash=chash, resume=opts.resume) as run:
         if run.outcome == "skipped":
@@ -224,6 +224,8 @@ def preflight(argv: list[str]) -> int:
                                                   "shell_completion", "config_path", "config_name",
                                                   "config_dir", "experimental_rerun")):
         return 0
+    if args.multirun and any(o.lstrip("+~").startswith("hydra/sweeper") for o in args.overrides):
+        return 0  # another sweeper expands the jobs its own way: each job checks itself
     try:
         overrides = OverridesParser.create().parse_overrides(args.overrides)
         jobs = ([job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]

@@ -4,9 +4,8 @@ folder is on the path of the tests and of the jobs they start).
 * :class:`Toy`: no network fit, a state that is a pytree of a float vector and an
   integer counter, random draws from the step's key, a loss that grows by
   ``growth²`` per step, and an optional NaN at step ``nan_at``: cheap to
-  compile, and sensitive to every part of a checkpoint (state, counter, key).
-* :class:`BlowsUp`: TENG itself, whose θ becomes NaN at step ``blow_up_at``
-  (state ``(θ, step)``): a real TENG job that diverges on cue.
+  compile (a whole sweep job in seconds), sensitive to every part of a
+  checkpoint (state, counter, key), and divergent on cue.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import jax
 import jax.numpy as jnp
 
 from teng_eq.methods.base import Method, StepInfo
-from teng_eq.methods.teng import TENG
 
 
 class Toy(Method):
@@ -54,33 +52,3 @@ class Toy(Method):
 
     def network(self, state):
         return state["a"]
-
-
-class BlowsUp(TENG):
-    @dataclasses.dataclass(frozen=True)
-    class Options:
-        integrator: str
-        blow_up_at: int
-
-    blow_up_at: int = eqx.field(static=True, default=0)
-
-    @classmethod
-    def build(cls, cfg, problem):
-        teng = TENG.build(cfg, problem)
-        return cls(steps=teng.steps, space=teng.space, step_fn=teng.step_fn,
-                   blow_up_at=cfg.method.options.blow_up_at)
-
-    def init(self, theta0):
-        return theta0, jnp.zeros((), jnp.int32)
-
-    def step(self, state, key):
-        theta, n = state
-        theta, info = super().step(theta, key)
-        n = n + 1
-        return (jnp.where(n == self.blow_up_at, jnp.nan, theta), n), info
-
-    def values(self, state, points, t=None):
-        return super().values(state[0], points, t)
-
-    def network(self, state):
-        return super().network(state[0])

@@ -29,7 +29,8 @@ def _truncate(path, keep=0.6):
 
 def test_entry_round_trip_and_every_kind_of_damage(tmp_path):
     path = tmp_path / "e.npz"
-    arrays = {"a": np.linspace(0, 1, 1000), "b": np.arange(6, dtype=np.int32).reshape(2, 3), "s": np.array("x")}
+    arrays = {"a": np.linspace(0, 1, 1000), "b": np.arange(6, dtype=np.int32).reshape(2, 3),
+              "s": np.array("x")}
     store_arrays(path, arrays, KEY)
     got, why = check_arrays(path, KEY)
     assert why is None and got.keys() == arrays.keys()
@@ -99,7 +100,8 @@ def test_damaged_reference_is_rebuilt(tmp_path, damage, caplog):
     again = ref.reference_solution(eq, times, cache_dir=tmp_path, initial_condition="sines2d")
     assert f"cache entry {path} is" in caplog.text
     np.testing.assert_array_equal(again.coef, first.coef)
-    assert load_arrays(path, {"reference": path.stem.removeprefix("reference-")}) is not None  # rewritten sound
+    # rewritten, sound
+    assert load_arrays(path, {"reference": path.stem.removeprefix("reference-")}) is not None
 
 
 @pytest.mark.parametrize("damage", [_flip_byte, _truncate], ids=["corrupted", "truncated"])

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -19,7 +18,7 @@ def _sweep(tmp_path, *overrides, flags=()):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "pipeline" / "sweep.py"), *flags, f"tracking_uri={uri}",
          f"hydra.sweep.dir={tmp_path / 'multirun'}", *overrides],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False,
     )
     return proc, time.perf_counter() - start
 

@@ -70,7 +70,8 @@ def test_unreachable_store_is_refused_before_any_run(tmp_path):
 def test_body_error_wins_when_the_run_cannot_be_opened(tmp_path):
     # The run is opened in the background; if that fails too, the caller still
     # sees its own exception, not the store's.
-    with pytest.raises(KeyError, match="boom"), tracked_run(f"sqlite:///{tmp_path / 'no' / 'mlflow.db'}", "exp"):
+    missing = f"sqlite:///{tmp_path / 'no' / 'mlflow.db'}"
+    with pytest.raises(KeyError, match="boom"), tracked_run(missing, "exp"):
         raise KeyError("boom")
 
 

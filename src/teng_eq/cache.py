@@ -80,7 +80,8 @@ def store_arrays(path: Path, arrays: Mapping[str, np.ndarray], key: Mapping) -> 
     arrays = {name: np.asarray(a) for name, a in arrays.items()}
     for name, a in arrays.items():
         if name.startswith("__") or a.dtype == object:
-            raise ValueError(f"cache entry {path}: array {name!r} cannot be stored (reserved name or object dtype)")
+            raise ValueError(f"cache entry {path}: array {name!r} cannot be stored "
+                             "(reserved name or object dtype)")
     key_json = _canonical_key(key)
     members = {**arrays, _KEY: np.array(key_json), _DIGEST: np.array(_content_digest(key_json, arrays))}
     write_atomic(path, lambda f: np.savez(f, **members))

@@ -84,7 +84,8 @@ class CheckpointStore:
         path = cache_dir(directory) / "checkpoints" / config_hash / f"{run_id}.npz"
         return cls(path, {"config_hash": config_hash, "run_id": run_id})
 
-    def save(self, step: int, state: PyTree, record: Mapping[str, np.ndarray], info: Mapping[str, float]) -> None:
+    def save(self, step: int, state: PyTree, record: Mapping[str, np.ndarray],
+             info: Mapping[str, float]) -> None:
         start = time.perf_counter()
         arrays = {f"record.{k}": np.asarray(v) for k, v in record.items()}
         arrays["state"] = state_bytes(state)
@@ -104,7 +105,8 @@ class CheckpointStore:
         try:
             state = state_from_bytes(arrays["state"], like)
         except (ValueError, TypeError, RuntimeError) as err:  # the state changed shape (code changed)
-            _log.warning("checkpoint %s does not fit this method's state (%s): starting afresh", self.path, err)
+            _log.warning("checkpoint %s does not fit this method's state (%s): starting afresh",
+                         self.path, err)
             return None
         return Checkpoint(step=step, state=state, record=record, info=info)
 

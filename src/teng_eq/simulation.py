@@ -206,7 +206,8 @@ class _Record:
             err_sq=a["err_sq"].copy(), ref_sq=a["ref_sq"].copy(), wall=a["wall"].copy(),
             scalars={k.removeprefix("scalar."): v.copy() for k, v in a.items() if k.startswith("scalar.")},
             tables=tables,
-            snapshot_states={int(k.removeprefix("snapshot.")): v for k, v in a.items() if k.startswith("snapshot.")},
+            snapshot_states={int(k.removeprefix("snapshot.")): v for k, v in a.items()
+                             if k.startswith("snapshot.")},
         )
 
     def metrics(self, n: int, sequential: bool) -> dict[str, float]:

@@ -31,7 +31,7 @@ from teng_eq.tracking.store import (
     reap_stale,
     search,
 )
-from teng_eq.tracking.writer import _FAILURE_TAGS, REUSED_TAG, Heartbeat
+from teng_eq.tracking.writer import REUSED_TAG, Heartbeat, reopen
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -110,7 +110,6 @@ class SweepCallback:
         atexit.register(self.close)
 
     def _open(self, config) -> None:
-        from mlflow.entities import RunTag
         from mlflow.tracking import MlflowClient
 
         root = _config_root(config)
@@ -123,19 +122,12 @@ class SweepCallback:
         commit, dirty = git_state(root)
         tags = {"run_kind": "sweep", "sweep_dir": sweep_dir, "sweep_overrides": " ".join(task),
                 "sweep_hash": signature, "git_commit": commit, "git_dirty": str(dirty), **process_tags()}
-        earlier = [r for r in search(client, [exp_id], f"tags.run_kind = 'sweep' and tags.sweep_hash = '{signature}'",
-                                     order_by=["attributes.start_time DESC"])
+        query = f"tags.run_kind = 'sweep' and tags.sweep_hash = '{signature}'"
+        earlier = [r for r in search(client, [exp_id], query, order_by=["attributes.start_time DESC"])
                    if r.info.status != "RUNNING" or is_stale(r.data.tags)]
         if config.get("resume", True) and earlier:
-            run = earlier[0]
-            self.run_id, old = run.info.run_id, run.data.tags
-            client.update_run(self.run_id, status="RUNNING")
-            for key in (*_FAILURE_TAGS, "failed_jobs"):
-                if key in old:
-                    client.delete_tag(self.run_id, key)
-            self.attempt = int(old.get("attempt", "1")) + 1
-            client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in
-                                                {**tags, "attempt": self.attempt}.items()])
+            self.run_id = earlier[0].info.run_id
+            self.attempt = reopen(client, earlier[0], tags)
         else:
             name = "/".join(Path(sweep_dir).parts[-2:])
             self.run_id = client.create_run(exp_id, run_name=f"sweep {name}", tags=tags).info.run_id
@@ -177,10 +169,12 @@ class SweepCallback:
         if unfinished:
             def why(r) -> str:
                 text = r.data.tags.get("failure_reason") or r.data.tags.get("killed_reason") or ""
-                return f"{r.data.tags.get('job_num', '?')} ({r.info.status}{': ' + text[:200] if text else ''})"
+                detail = f": {text[:200]}" if text else ""
+                return f"{r.data.tags.get('job_num', '?')} ({r.info.status}{detail})"
 
             reason = "jobs not finished: " + "; ".join(why(r) for r in unfinished)
-            client.set_tag(run_id, "failed_jobs", ",".join(r.data.tags.get("job_num", "?") for r in unfinished))
+            numbers = ",".join(r.data.tags.get("job_num", "?") for r in unfinished)
+            client.set_tag(run_id, "failed_jobs", numbers)
         elif complete:
             reason = "no job ran"
         else:

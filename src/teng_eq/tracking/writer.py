@@ -41,7 +41,7 @@ _BATCH_PARAMS = 100
 REUSED_TAG = "reused_run."
 
 #: Tags a failed or killed run carries that a reopened run must not keep.
-_FAILURE_TAGS = ("failure_reason", "killed_reason", "failure_tags")
+_FAILURE_TAGS = ("failure_reason", "killed_reason", "failure_tags", "failed_jobs")
 
 
 class RunInProgress(RuntimeError):
@@ -175,8 +175,8 @@ class RunLogger:
                 self.client.log_artifact(self.run_id, str(path), folder)
 
 
-def _reopen(client: MlflowClient, run, tags: Mapping[str, str]) -> _Opened:
-    """Set ``run`` RUNNING again under this process, without its failure tags."""
+def reopen(client: MlflowClient, run, tags: Mapping[str, str]) -> int:
+    """Set ``run`` RUNNING again with ``tags``, without its failure tags; its attempt number."""
     from mlflow.entities import RunTag
 
     run_id, old = run.info.run_id, run.data.tags
@@ -187,6 +187,13 @@ def _reopen(client: MlflowClient, run, tags: Mapping[str, str]) -> _Opened:
             client.delete_tag(run_id, key)
     attempt = int(old.get("attempt", "1")) + 1
     client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in {**tags, "attempt": attempt}.items()])
+    return attempt
+
+
+def _resume(client: MlflowClient, run, tags: Mapping[str, str]) -> _Opened:
+    """Reopen ``run`` for this job, noting the metric steps and params it holds."""
+    reopen(client, run, tags)
+    run_id = run.info.run_id
     logged = {key: {m.step for m in client.get_metric_history(run_id, key)} for key in run.data.metrics}
     return _Opened(client, run_id, "resumed", previous=run, logged=logged, params=set(run.data.params))
 
@@ -219,7 +226,7 @@ def _open_run(tracking_uri, experiment, artifact_root, run_name, tags, config_ha
                     f"being written (pid {t.get('pid', '?')} on {t.get('host', '?')}); resume=false starts "
                     f"a separate run")
             if runs:
-                opened = _reopen(client, runs[0], tags)
+                opened = _resume(client, runs[0], tags)
     if opened is None:
         opened = _Opened(client, client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id, "new")
     reap_stale(client, [exp_id], keep=[opened.run_id])
