@@ -12,8 +12,10 @@ from teng_eq.tracking import (
     default_tracking_uri,
     flatten,
     is_stale,
+    load_runs,
     reap_stale,
     sweep_hash,
+    sweep_jobs,
     tracked_run,
 )
 from teng_eq.tracking.store import process_tags
@@ -201,3 +203,26 @@ def test_sweep_hash_ignores_order_hydra_and_bookkeeping_keys():
     a = sweep_hash(["dt=0.1,0.2", "iters=3", "tracking_uri=x", "hydra.sweep.dir=/a", "resume=true"])
     assert a == sweep_hash(["iters=3", "dt=0.1,0.2", "progress=false", "checkpoint_every=5"])
     assert a != sweep_hash(["iters=3", "dt=0.1,0.3"])
+
+
+def test_a_sweep_lists_the_finished_runs_it_reused(store):
+    # A job skipped because another sweep finished its configuration stays that
+    # sweep's child; the new sweep names it in a reused_run.<job> tag.
+    uri, client = store
+    exp = client.create_experiment("reused")
+    old_parent = client.create_run(exp, tags={"run_kind": "sweep"}).info.run_id
+    parent = client.create_run(exp, tags={"run_kind": "sweep"}).info.run_id
+    done = client.create_run(exp, tags={"run_kind": "job", "config_hash": "h", "job_num": "0",
+                                        "mlflow.parentRunId": old_parent}).info.run_id
+    own = client.create_run(exp, tags={"run_kind": "job", "job_num": "1",
+                                       "mlflow.parentRunId": parent}).info.run_id
+    for run_id in (old_parent, done, own):
+        client.set_terminated(run_id)
+    with tracked_run(uri, "reused", tags={"run_kind": "job", "config_hash": "h", "job_num": "0"},
+                     parent_run_id=parent, config_hash="h", resume=True) as run:
+        assert (run.outcome, run.run_id) == ("skipped", done)
+    assert client.get_run(parent).data.tags["reused_run.0"] == done
+    assert {r.info.run_id for r in sweep_jobs(client, parent)} == {done, own}
+    assert set(load_runs(uri, sweep=parent)["run_id"]) == {done, own}
+    assert set(load_runs(uri, sweep=old_parent)["run_id"]) == {done}
+    client.set_terminated(parent)
