@@ -123,6 +123,11 @@ def main(cfg: DictConfig) -> float:
             with run.timed():
                 run.metric("rel_l2", rec.rel_l2, rec.step)
                 run.metric("step_loss", rec.step_loss, rec.step)
+                run.metric("holdout_loss", rec.holdout_loss, rec.step)
+                run.metric("holdout_ratio", rec.holdout_ratio, rec.step)
+                run.metric("iterations", rec.iterations, rec.step)
+                run.metric("fallbacks", rec.fallbacks, rec.step)
+                run.metric("zero_steps", rec.zero_steps, rec.step)
                 run.metric("wall_time_s", rec.wall_time_s, rec.step)
                 if rec.step == 1 or rec.step % 100 == 0:
                     run.flush()  # the run shows up in `mlflow ui` from the first step
@@ -140,7 +145,26 @@ def main(cfg: DictConfig) -> float:
         cached = result.fit_info["cached"]
         # Time this run spent fitting θ₀: 0 when another run had cached it.
         run.metric("fit_s", 0.0 if cached else result.fit_info["stage1_s"] + result.fit_info["stage2_s"])
-        run.tags({"theta0_cached": cached, "theta0_loss": f"{result.fit_info['stage2_loss']:.3e}"})
+        run.tags({"theta0_cached": cached, "theta0_loss": f"{result.fit_info['stage2_loss']:.3e}",
+                  "theta0_converged": result.fit_info.get("converged", True)})
+        # Solver events and the held-out check, per run: a run where they happen says so.
+        run.metric("fallbacks_total", int(result.fallbacks.sum()))
+        run.metric("zero_steps_total", int(result.zero_steps.sum()))
+        run.metric("iterations_mean", float(result.iterations.mean()))
+        run.metric("holdout_ratio_max", float(np.nanmax(result.holdout_ratio)))
+        run.tags({"holdout_flag": result.holdout_flag})
+        warn = []
+        if result.fallbacks.any() or result.zero_steps.any():
+            warn.append(f"solver events: {int(result.fallbacks.sum())} Cholesky→QR fallbacks, "
+                        f"{int(result.zero_steps.sum())} non-finite updates skipped")
+        if result.holdout_flag != "ok":
+            warn.append(f"held-out check: {result.holdout_flag} (max held-out/training loss ratio "
+                        f"{np.nanmax(result.holdout_ratio):.3g}; holdout_warn={run_cfg.holdout_warn:g}, "
+                        f"holdout_fail={run_cfg.holdout_fail:g}): the fits may overfit the quadrature nodes")
+        if not result.fit_info.get("converged", True):
+            warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {result.fit_info['stage2_rel_loss']:.2e})")
+        for msg in warn:
+            print(f"warning: {name}: {msg}", file=sys.stderr)
         log_artifacts(run, cfg, run_cfg, result, name)
         run.flush()
         # Tracking overhead: every MLflow call and plot of this job, against its wall time.
@@ -148,6 +172,10 @@ def main(cfg: DictConfig) -> float:
         run.metric("tracking_s", run.seconds)
         run.metric("job_s", job_s)
         run.metric("tracking_fraction", run.seconds / job_s)
+        if result.holdout_flag == "fail":
+            # Everything is logged; raising ends the run FAILED (tracked_run).
+            raise RuntimeError(f"{name}: held-out loss exceeds the training loss by more than "
+                               f"holdout_fail={run_cfg.holdout_fail:g}: the fits overfit the quadrature nodes")
     return result.global_rel_l2
 
 

@@ -89,14 +89,18 @@ def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir,
         assert m["runtime_s"] > 0 and m["compile_s"] > 0 and 0 < m["tracking_s"] < m["job_s"]
         assert _artifacts(client, rid) == ARTIFACTS
 
-        # Per-iteration table: Heun = a stage of `iters` and one of `iters_later`
-        # iterations, each row the loss before that iteration plus the final one.
+        # Per-iteration table: Heun = two stages of at most `iters` and `iters_later`
+        # iterations, each row the loss after k iterations (k = 0 … iterations run).
         table = pd.read_csv(client.download_artifacts(rid, "tables/losses.csv", str(tmp_path)))
         assert list(table.columns) == ["step", "t", "stage", "iteration", "loss", "lsq"]
-        assert len(table) == n * (iters + 1 + int(p["iters_later"]) + 1)
-        last = table.groupby("step").tail(1)
-        np.testing.assert_allclose(last["loss"], [x.value for x in loss], rtol=1e-12)
-        np.testing.assert_allclose(last["t"], np.arange(1, n + 1) * dt, rtol=1e-9)
+        used = [int(x.value) for x in _history(client, rid, "iterations")]
+        assert all(4 <= k <= iters + int(p["iters_later"]) for k in used)
+        assert len(table) == sum(used) + 2 * n
+        best = table[table["stage"] == 1].groupby("step")["loss"].min()
+        np.testing.assert_allclose(best, [x.value for x in loss], rtol=1e-12)
+        np.testing.assert_allclose(table.groupby("step")["t"].first(), np.arange(1, n + 1) * dt, rtol=1e-9)
+        assert [x.step for x in _history(client, rid, "holdout_loss")] == list(range(1, n + 1))
+        assert r.data.tags["holdout_flag"] == "ok" and m["fallbacks_total"] == m["zero_steps_total"] == 0
 
         # θ read back from params/theta.eqx reproduces the logged final error.
         cfg = RunConfig.from_mapping(OmegaConf.to_container(OmegaConf.load(

@@ -8,7 +8,7 @@ minutes-long θ₀ fit and is exercised by the pipeline's default sweep.
 import numpy as np
 import pytest
 
-from teng_eq.config import RunConfig
+from teng_eq.config import FitConfig, RunConfig
 from teng_eq.simulation import run_simulation
 
 
@@ -31,6 +31,9 @@ def test_heun_run_tracks_exact_heat(heun_run):
     assert r.rel_l2[0] < 1e-6  # θ₀ fit
     assert r.global_rel_l2 < 1e-5
     assert np.median(r.step_loss) < 1e-13
+    assert r.holdout_flag == "ok" and np.all(r.holdout_ratio < 10), r.holdout_ratio
+    assert r.fallbacks.sum() == r.zero_steps.sum() == 0
+    assert np.all((r.iterations >= 2 * 2) & (r.iterations <= 7 + 5))  # min_iters and the caps, 2 stages
     assert np.all(np.diff(r.wall_time_s) > 0)
     assert r.compile_s > 0 and r.runtime_s >= r.wall_time_s[-1]
 
@@ -42,11 +45,13 @@ def test_theta0_is_cached(heun_run, cache_dir):
 
 
 def test_stage_tables(heun_run):
-    table = heun_run.losses[0]
-    # Heun: stage 0 has iters+1 rows (7 + final), stage 1 iters_later+1 (5 + final).
-    assert table.shape == (8 + 6, 4)
-    assert list(table[:, 0]) == [0] * 8 + [1] * 6
-    assert table[-1, 2] == heun_run.step_loss[0]
+    for n, table in enumerate(heun_run.losses):
+        # Heun: each stage has one row per iteration it ran plus its starting loss.
+        assert table.shape == (heun_run.iterations[n] + 2, 4)
+        last = table[table[:, 0] == 1]
+        assert list(last[:, 1]) == list(range(len(last)))
+        # The adaptive policy returns the stage's best iterate.
+        assert last[:, 2].min() == heun_run.step_loss[n]
 
 
 def _slope(dts, errs):
@@ -66,3 +71,15 @@ def test_convergence_orders(cache_dir):
     assert abs(_slope(dts, errs["heun"]) - 2) <= 0.3, errs
     assert all(r < h for r, h in zip(errs["rk4"], errs["heun"])), errs
     assert errs["rk4"][-1] < errs["heun"][-1] / 3, errs
+
+
+def test_a_run_that_overfits_the_nodes_is_flagged(cache_dir):
+    """8² quadrature nodes, 384 parameters drawn, an undamped SVD: the fits
+    interpolate the 64 nodes. The held-out check on the cell centres fails the
+    run, while its training losses alone look machine-precise."""
+    cfg = small(grid=8, holdout_grid=4, solver="svd", damping=1e-14, subsample_first=384, t_final=0.04,
+                fit=FitConfig(stage1_max_iters=50, stage2_max_iters=50, stage2_polish_iters=0))
+    r = run_simulation(cfg, cache_dir=cache_dir)
+    assert r.holdout_flag == "fail"
+    assert np.all(r.holdout_ratio > cfg.holdout_fail), r.holdout_ratio
+    assert np.median(r.step_loss) < 1e-20

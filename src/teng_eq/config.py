@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from teng_eq.equations import EQUATIONS, INITIAL_CONDITIONS
 from teng_eq.integrators import INTEGRATORS
 from teng_eq.lstsq import SOLVERS
+from teng_eq.model import EMBEDDING_ACTIVATIONS, INITS
+from teng_eq.stepper import DEFAULTS, POLICIES
 
 #: Top-level keys that say where results go, not what is computed: left out of a
 #: run's ``config_hash`` and never an axis of comparison between runs.
@@ -29,6 +31,8 @@ class NetworkConfig:
     features: int = 20
     width: int = 40
     depth: int = 7
+    embedding_activation: str = "tanh"  # "identity": the linear embedding of earlier runs
+    init: str = "auto"  # "odd" | "paper" (the authors') | "legacy"; see teng_eq.model, initial_fit.resolve_init
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +42,10 @@ class FitConfig:
     stage1_tol: float = 1e-7
     stage1_subsample: int = 512
     stage1_max_iters: int = 2000
-    stage2_tol: float = 2e-14
+    stage2_tol: float = 2e-14  # relative: loss / ‖u₀‖² (θ₀'s relative L² error ≈ 1.4e-7)
     stage2_subsample: int = 1024
     stage2_max_iters: int = 2000
+    stage2_polish_iters: int = 100
     patience: int = 3
 
 
@@ -57,8 +62,16 @@ class RunConfig:
     iters_later: int = 5
     subsample_first: int = 512
     subsample: int = 384
-    solver: str = "cholesky"
-    damping: float = 1e-7
+    solver: str = DEFAULTS.solver
+    damping: float = DEFAULTS.damping
+    stopping: str = DEFAULTS.policy
+    min_iters: int = DEFAULTS.min_iters
+    stop_rtol: float = DEFAULTS.rtol
+    stop_patience: int = DEFAULTS.patience
+    stop_floor: float = DEFAULTS.floor
+    holdout_grid: int = 32
+    holdout_warn: float = 100.0
+    holdout_fail: float = 1e4
     grid: int = 64
     eval_grid: int = 256
     seed: int = 0
@@ -131,6 +144,25 @@ class RunConfig:
                 bad(key, value, "must be an integer >= 8")
         if not 0 <= self.damping < 1:
             bad("damping", self.damping, "must be in [0, 1)")
+        if self.stopping not in POLICIES:
+            bad("stopping", self.stopping, f"unknown, choose one of {list(POLICIES)}")
+        if not (isinstance(self.min_iters, int) and 1 <= self.min_iters <= min(self.iters, self.iters_later)):
+            bad("min_iters", self.min_iters, "must be an integer in [1, min(iters, iters_later)]")
+        if not 0 < self.stop_rtol < 1:
+            bad("stop_rtol", self.stop_rtol, "must be in (0, 1)")
+        if not (isinstance(self.stop_patience, int) and self.stop_patience >= 1):
+            bad("stop_patience", self.stop_patience, "must be an integer >= 1")
+        if not 0 <= self.stop_floor < 1:
+            bad("stop_floor", self.stop_floor, "must be in [0, 1)")
+        if not (isinstance(self.holdout_grid, int) and self.holdout_grid >= 2 and self.grid % self.holdout_grid == 0):
+            bad("holdout_grid", self.holdout_grid, f"must be an integer >= 2 dividing grid={self.grid}")
+        if not 1 < self.holdout_warn <= self.holdout_fail:
+            bad("holdout_warn", self.holdout_warn, f"must be > 1 and <= holdout_fail={self.holdout_fail}")
+        if self.network.embedding_activation not in EMBEDDING_ACTIVATIONS:
+            bad("network.embedding_activation", self.network.embedding_activation,
+                f"unknown, choose one of {list(EMBEDDING_ACTIVATIONS)}")
+        if self.network.init not in ("auto", *INITS):
+            bad("network.init", self.network.init, f"unknown, choose one of {['auto', *INITS]}")
         if not isinstance(self.seed, int):
             bad("seed", self.seed, "must be an integer")
 
