@@ -19,19 +19,19 @@ from teng_eq.equations import (  # noqa: E402
     operator,
     paper_initial_condition,
 )
-from teng_eq.integrators import EULER, HEUN, INTEGRATORS, RK4, Integrator, TENGStep  # noqa: E402
+from teng_eq.integrators import EULER, HEUN, INTEGRATORS, RK4, Integrator, StepLog, TENGStep  # noqa: E402
 from teng_eq.lstsq import SOLVERS, least_squares  # noqa: E402
 from teng_eq.metrics import global_relative_l2, relative_l2  # noqa: E402
 from teng_eq.model import ParamSpace, PeriodicEmbedding, TENGNet  # noqa: E402
 from teng_eq.reference import SpectralSolution, reference_solution  # noqa: E402
 from teng_eq.simulation import RunResult, StepRecord, run_simulation  # noqa: E402
-from teng_eq.stepper import StageLog, Stepper  # noqa: E402
+from teng_eq.stepper import DEFAULTS, StageDefaults, StageLog, Stepper  # noqa: E402
 
 __all__ = [
-    "EQUATIONS", "EULER", "HEUN", "INITIAL_CONDITIONS", "INTEGRATORS", "RK4", "SOLVERS",
+    "DEFAULTS", "EQUATIONS", "EULER", "HEUN", "INITIAL_CONDITIONS", "INTEGRATORS", "RK4", "SOLVERS",
     "AllenCahn", "Burgers", "ConfigError", "Equation", "FitConfig", "Heat", "Integrator",
     "NetworkConfig", "ParamSpace", "PeriodicEmbedding", "RunConfig", "RunResult",
-    "SpectralSolution", "StageLog", "StepRecord", "Stepper", "TENGNet", "TENGStep",
+    "SpectralSolution", "StageDefaults", "StageLog", "StepLog", "StepRecord", "Stepper", "TENGNet", "TENGStep",
     "global_relative_l2", "least_squares", "make_equation", "operator",
     "paper_initial_condition", "reference_solution", "relative_l2", "run_simulation",
 ]

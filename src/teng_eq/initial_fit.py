@@ -2,9 +2,9 @@
 
 Stage 1 minimises the value + gradient loss
 ``‖û − u₀‖² + Σ_d ‖∂_d û − ∂_d u₀‖²`` until it is below ``stage1_tol`` (paper:
-1e-7); stage 2 switches to the value loss ``‖û − u₀‖²`` and goes on until it is
-below ``stage2_tol·‖u₀‖²`` (paper: ~1e-14 in absolute terms, θ₀'s relative
-error ~1e-7) or stops improving. Both use the paper's natural gradient
+1e-7); stage 2 switches to the value loss ``‖û − u₀‖²`` and goes on until it
+stops improving; it has converged if it ended below ``stage2_tol·‖u₀‖²``
+(paper: ~1e-14 in absolute terms, θ₀'s relative error ~1e-7). Both use the paper's natural gradient
 (Gauss–Newton on random parameter subsets):
 
 * stage 1 with Levenberg–Marquardt damping and step rejection, so that it
@@ -262,15 +262,17 @@ def initial_parameters(
         max_iters=fit.stage1_max_iters, log=log, label="θ₀ stage 1 (value+gradient)",
     )
     t1 = time.perf_counter()
+    # Stage 2 goes on while it improves (tol 0): stage2_tol judges the result,
+    # it does not stop the fit half-way to the loss it could reach.
     theta, loss2 = refine(
-        stepper, theta, target2, key=k2, subsample=sub2, tol=tol2, max_iters=fit.stage2_max_iters,
+        stepper, theta, target2, key=k2, subsample=sub2, tol=0.0, max_iters=fit.stage2_max_iters,
         patience=fit.patience, log=log, label="θ₀ stage 2 (value)",
     )
-    if loss2 > tol2 and fit.stage2_polish_iters > 0:
+    if fit.stage2_polish_iters > 0:
         theta, loss2 = levenberg_marquardt(
             lambda th: stepper.values(th) - target2, lambda th, subset: stepper.jacobian(th, subset)[1].T,
-            theta, weight, key=k3, subsample=sub2, tol=tol2, max_iters=fit.stage2_polish_iters,
-            log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
+            theta, weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
+            patience=fit.patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
         )
     info = dict(
         stage1_loss=loss1, stage2_loss=loss2, stage2_rel_loss=loss2 / norm, converged=bool(loss2 <= tol2),

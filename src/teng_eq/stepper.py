@@ -53,7 +53,7 @@ class StageDefaults:
 
     solver: str = "cholesky"
     damping: float = 1e-7
-    policy: str = "adaptive"
+    policy: str = "fixed"
     min_iters: int = 2
     rtol: float = 0.5
     patience: int = 2
