@@ -71,13 +71,14 @@ def test_tdvp_velocity_is_exact_for_a_linear_model(solver):
     stepper = Stepper(space, points, w, solver, 1e-7)
     tdvp = TDVP(steps=1, space=space, stepper=stepper, equation=heat, integrator=RK4, dt=0.1,
                 subsample=len(WAVES))
-    velocity, rho = jax.jit(lambda th, k: tdvp.velocity(th, k))(c, jax.random.PRNGKey(0))
+    velocity, rho, fallback = jax.jit(lambda th, k: tdvp.velocity(th, k))(c, jax.random.PRNGKey(0))
     np.testing.assert_allclose(velocity, decay_rates() * np.asarray(c), rtol=1e-10, atol=1e-12)
     assert rho < 1e-20  # L[û] lies in the tangent space: the projection is exact
+    assert not fallback  # the modes are orthogonal on the grid: a well-conditioned Gram
 
     # A subset: exact on the drawn parameters (the modes are orthogonal on the grid), zero elsewhere.
     tdvp3 = TDVP(steps=1, space=space, stepper=stepper, equation=heat, integrator=RK4, dt=0.1, subsample=3)
-    sparse, _ = jax.jit(lambda th, k: tdvp3.velocity(th, k))(c, jax.random.PRNGKey(1))
+    sparse, _, _ = jax.jit(lambda th, k: tdvp3.velocity(th, k))(c, jax.random.PRNGKey(1))
     drawn = np.flatnonzero(np.asarray(sparse))
     assert drawn.size == 3
     np.testing.assert_allclose(np.asarray(sparse)[drawn], (decay_rates() * np.asarray(c))[drawn], rtol=1e-10)
@@ -94,6 +95,7 @@ def test_tdvp_step_is_classical_rk4_of_the_exact_flow():
     rk4 = 1 + z + z**2 / 2 + z**3 / 6 + z**4 / 24
     np.testing.assert_allclose(theta, rk4 * np.asarray(c), rtol=1e-10)
     assert np.asarray(info.losses).shape == (4, 1) and float(info.scalars["step_loss"]) < 1e-20
+    assert int(info.scalars["fallbacks"]) == 0
 
 
 # --- OBTI ----------------------------------------------------------------------------------
@@ -273,3 +275,4 @@ def test_baseline_runs_track_exact_heat(warm_cache, method, overrides, tolerance
         assert r.fit_info is not None and r.rel_l2[0] < 1e-5  # the shared θ₀
     else:
         assert r.fit_info is None and r.step_loss[-1] < r.step_loss[0]  # training went down
+

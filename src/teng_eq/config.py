@@ -21,11 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from teng_eq.lstsq import SOLVERS
+from teng_eq.stepper import Stopping
 
-#: Top-level keys that say where results go, not what is computed: left out of a
-#: run's ``config_hash`` and never an axis of comparison between runs.
-BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress"})
-
+#: Top-level keys that say where results go and how a job is run, not what it
+#: computes: left out of a run's ``config_hash`` (so a resumed or re-checkpointed
+#: run is the same run) and never an axis of comparison between runs.
+BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress",
+                         "checkpoint_every", "resume", "divergence_factor"})
 
 
 class ConfigError(ValueError):
@@ -53,16 +55,20 @@ def options_from(cls: type, mapping: Mapping, prefix: str):
     keys and values of the wrong type are :class:`ConfigError` s named
     ``<prefix>.<key>``; ``cls.validate()`` (if any) checks the values."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
+
+    def named(key: str) -> str:
+        return f"{prefix}.{key}" if prefix else key
+
     for key in mapping:
         if key not in fields:
-            bad(f"{prefix}.{key}", mapping[key], f"unknown key; known: {sorted(fields)}")
+            bad(named(key), mapping[key], f"unknown key; known: {sorted(fields)}")
     kw = {}
     for name, field in fields.items():
         if name not in mapping:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                bad(f"{prefix}.{name}", None, "missing")
+                bad(named(name), None, "missing")
             continue
-        kw[name] = _typed(mapping[name], field.type, f"{prefix}.{name}")
+        kw[name] = _typed(mapping[name], field.type, named(name))
     obj = cls(**kw)
     if hasattr(obj, "validate"):
         obj.validate(prefix)
@@ -103,18 +109,31 @@ def _typed(value, annotation, key: str):
 
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
-    """The sequential methods' network (:class:`teng_eq.model.TENGNet`)."""
+    """The sequential methods' network (:class:`teng_eq.model.TENGNet`):
+    ``embedding_activation`` σ on the periodic embedding (``tanh``: the authors'
+    network; ``identity``: the linear one of earlier runs), ``init`` its
+    initialisation (``auto`` resolved per problem by
+    :func:`teng_eq.initial_fit.resolve_init`)."""
 
     features: int
     width: int
     depth: int
+    embedding_activation: str
+    init: str
 
     def validate(self, prefix: str) -> None:
+        from teng_eq.model import EMBEDDING_ACTIVATIONS, INITS
+
         for key in ("features", "width"):
             if getattr(self, key) < 1:
                 bad(f"{prefix}.{key}", getattr(self, key), "must be >= 1")
         if self.depth < 3:
             bad(f"{prefix}.depth", self.depth, "must be >= 3 (embedding, hidden, output)")
+        if self.embedding_activation not in EMBEDDING_ACTIVATIONS:
+            bad(f"{prefix}.embedding_activation", self.embedding_activation,
+                f"unknown, choose one of {list(EMBEDDING_ACTIVATIONS)}")
+        if self.init not in ("auto", *INITS):
+            bad(f"{prefix}.init", self.init, f"unknown, choose one of {['auto', *INITS]}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +146,7 @@ class FitConfig:
     stage2_tol: float
     stage2_subsample: int
     stage2_max_iters: int
+    stage2_polish_iters: int
     patience: int
 
     def validate(self, prefix: str) -> None:
@@ -136,6 +156,26 @@ class FitConfig:
         for key in ("stage1_subsample", "stage1_max_iters", "stage2_subsample", "stage2_max_iters", "patience"):
             if getattr(self, key) < 1:
                 bad(f"{prefix}.{key}", getattr(self, key), "must be >= 1")
+        if self.stage2_polish_iters < 0:
+            bad(f"{prefix}.stage2_polish_iters", self.stage2_polish_iters, "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldoutConfig:
+    """The held-out check of every step (:mod:`teng_eq.integrators`): ``grid``
+    points per dimension at cell centres of the quadrature grid (dividing it); a
+    run whose held-out loss exceeds its training loss more than ``warn`` times
+    is flagged, more than ``fail`` times it fails."""
+
+    grid: int
+    warn: float
+    fail: float
+
+    def validate(self, prefix: str) -> None:
+        if self.grid < 2:
+            bad(f"{prefix}.grid", self.grid, "must be an integer >= 2")
+        if not 1 < self.warn <= self.fail:
+            bad(f"{prefix}.warn", self.warn, f"must be > 1 and <= {prefix}.fail={self.fail}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +215,8 @@ class RunConfig:
     subsample: int
     solver: str
     damping: float
+    stopping: Stopping
+    holdout: HoldoutConfig
     grid: int
     eval_grid: int
     seed: int
@@ -195,7 +237,7 @@ class RunConfig:
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> RunConfig:
         """Build from the pipeline's resolved mapping (keys of ``conf/``) and validate."""
-        for group in ("equation", "method", "network", "fit"):
+        for group in ("equation", "method", "network", "fit", "stopping", "holdout"):
             if not isinstance(cfg.get(group), Mapping):
                 bad(group, cfg.get(group), "must be a config group (a mapping)")
         eq = dict(cfg["equation"])
@@ -216,7 +258,9 @@ class RunConfig:
         run = cls(
             equation=equation, method=method,
             network=options_from(NetworkConfig, cfg["network"], "network"),
-            fit=options_from(FitConfig, cfg["fit"], "fit"), **kw,
+            fit=options_from(FitConfig, cfg["fit"], "fit"),
+            stopping=options_from(Stopping, cfg["stopping"], "stopping"),
+            holdout=options_from(HoldoutConfig, cfg["holdout"], "holdout"), **kw,
         )
         run.validate()
         return run
@@ -239,12 +283,95 @@ class RunConfig:
         for key in ("grid", "eval_grid"):
             if getattr(self, key) < 8:
                 bad(key, getattr(self, key), "must be an integer >= 8")
+        if self.grid % self.holdout.grid:
+            bad("holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
+        if self.stopping.min_iters > min(self.iters, self.iters_later):
+            bad("stopping.min_iters", self.stopping.min_iters,
+                f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
+        if self.seed < 0:
+            bad("seed", self.seed, "must be an integer >= 0")
         n_params = self.n_params
         for key in ("subsample_first", "subsample"):
             value = getattr(self, key)
             if not 1 <= value <= n_params:
                 bad(key, value, f"must be an integer in [1, {n_params}] (the parameter count)")
         self.method.cls.check(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOptions:
+    """The :data:`BOOKKEEPING` keys: where a job's results go and how it is run.
+
+    ``checkpoint_every``: steps between checkpoints (one is also written at the
+    end); ``resume``: continue this configuration's unfinished run, skip it when
+    finished (else start a new run); ``divergence_factor``: a step whose loss
+    exceeds this many times the median loss of the steps before it ends the
+    run as diverged (as does any non-finite value).
+    """
+
+    tracking_uri: str | None
+    experiment_name: str
+    cache_dir: str | None
+    progress: bool
+    checkpoint_every: int
+    resume: bool
+    divergence_factor: float
+
+    def validate(self, prefix: str) -> None:
+        if not self.experiment_name.strip():
+            bad("experiment_name", self.experiment_name, "must be a non-empty name")
+        if self.checkpoint_every < 1:
+            bad("checkpoint_every", self.checkpoint_every, "must be an integer >= 1 (steps)")
+        if not self.divergence_factor > 1:
+            bad("divergence_factor", self.divergence_factor, "must be a number > 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A validated job: its numerics and its bookkeeping."""
+
+    run: RunConfig
+    options: JobOptions
+    tracking_uri: str  # resolved: the default store when ``options.tracking_uri`` is null
+
+
+def _check_writable_folder(key: str, path) -> None:
+    """``path`` is, or can be created as, a folder this process may write to
+    (checked without creating anything)."""
+    import os
+    from pathlib import Path
+
+    probe = Path(path).expanduser().absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        bad(key, str(path), f"{probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        bad(key, str(path), f"folder {probe} is not writable")
+
+
+def validate_job(cfg: Mapping, *, root) -> Job:
+    """Every check of a job's resolved config (``conf/`` composed), before any
+    compute and before any MLflow run: unknown top-level keys, the numerics
+    (:meth:`RunConfig.from_mapping`), the bookkeeping keys (:class:`JobOptions`),
+    the MLflow store (malformed, unreachable; default: ``<root>/mlflow.db``) and
+    the cache folder (writable). Raises a one-line :class:`ConfigError`."""
+    from teng_eq.cache import cache_dir
+    from teng_eq.tracking.store import check_store, default_tracking_uri
+
+    known = {"equation", "method", "network", "fit", "stopping", "holdout", *_NUMERIC, *BOOKKEEPING}
+    for key in cfg:
+        if key not in known:
+            bad(key, cfg[key], "unknown key")
+    options = options_from(JobOptions, {k: cfg[k] for k in BOOKKEEPING if k in cfg}, "")
+    run = RunConfig.from_mapping(cfg)
+    uri = options.tracking_uri or default_tracking_uri(root)
+    try:
+        check_store(uri)
+    except ValueError as err:
+        raise ConfigError(f"invalid config: {err}") from None
+    _check_writable_folder("cache_dir", cache_dir(options.cache_dir))
+    return Job(run=run, options=options, tracking_uri=uri)
 
 
 def check_group_choices(overrides: list[str], conf_dir) -> None:

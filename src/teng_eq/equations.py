@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from teng_eq.config import bad
-from teng_eq.grid import cell_volume, grid_points
+from teng_eq.grid import cell_volume, grid_points, holdout_points
 
 TWO_PI = 2.0 * math.pi
 
@@ -84,11 +84,11 @@ class Equation(eqx.Module):
         """The ``n^d`` periodic grid and its (uniform) trapezoid weight."""
         return Quadrature(grid_points(n, self.lengths), cell_volume(n, self.lengths))
 
-    def holdout(self, n: int) -> Quadrature:
-        """Points no fit on :meth:`quadrature` (n) uses: that grid shifted by half a
-        cell along every axis, same weight."""
-        shift = jnp.asarray([0.5 * length / n for length in self.lengths])
-        return Quadrature(grid_points(n, self.lengths) + shift, cell_volume(n, self.lengths))
+    def holdout(self, n: int, m: int) -> Quadrature:
+        """Points no fit on :meth:`quadrature` (n) uses: an ``m^d`` grid (m dividing
+        n) at cell centres of the n-grid, half a cell from its nodes along every
+        axis, with its own weight."""
+        return Quadrature(holdout_points(n, m, self.lengths), cell_volume(m, self.lengths))
 
     def evaluation(self, m: int) -> Quadrature:
         """Points and weights of the error norms: the ``m^d`` grid."""

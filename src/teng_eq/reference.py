@@ -34,7 +34,7 @@ import numpy as np
 import scipy.fft as sfft
 
 from teng_eq.cache import cache_dir as cache_dir_of
-from teng_eq.cache import digest, write_atomic
+from teng_eq.cache import digest, load_arrays, store_arrays
 from teng_eq.equations import INITIAL_CONDITIONS, Equation
 from teng_eq.grid import grid_axes
 
@@ -461,21 +461,19 @@ def reference_solution(
 
     if cache_dir is False:
         return compute()
-    path = cache_dir_of(cache_dir) / f"reference-{_cache_key(equation, times, n, dt, initial_condition)}.npz"
-    if path.exists():
-        with np.load(path) as data:
-            return SpectralSolution(
-                times=data["times"], coef=data["coef"], lengths=tuple(data["lengths"].tolist())
-            )
+    key = _cache_key(equation, times, n, dt, initial_condition)
+    path = cache_dir_of(cache_dir) / f"reference-{key}.npz"
+    cached = load_arrays(path, {"reference": key})  # self-checking: None when missing, damaged or stale
+    if cached is not None:
+        return SpectralSolution(
+            times=cached["times"], coef=cached["coef"], lengths=tuple(cached["lengths"].tolist())
+        )
     solution = compute()
-    write_atomic(
+    store_arrays(
         path,
-        lambda fh: np.savez(
-            fh,
-            times=solution.times,
-            coef=solution.coef,
-            lengths=np.asarray(solution.lengths, dtype=np.float64),
-        ),
+        {"times": solution.times, "coef": solution.coef,
+         "lengths": np.asarray(solution.lengths, dtype=np.float64)},
+        {"reference": key},
     )
     return solution
 

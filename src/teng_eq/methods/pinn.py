@@ -53,7 +53,9 @@ class SpaceTimeNet(eqx.Module):
 
     def __init__(self, dim: int, features: int, width: int, layers: int, lengths, *, key: PRNGKeyArray):
         keys = jax.random.split(key, layers + 2)
-        self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0])
+        # Phases uniform over the circle, c = 0: the symmetry-aware inits of TENG's
+        # network (teng_eq.model) are chosen per equation for that network, not this one.
+        self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0], init="legacy")
         sizes = [dim * features + 1] + [width] * layers
         self.hidden = tuple(eqx.nn.Linear(a, b, key=k) for a, b, k in zip(sizes[:-1], sizes[1:], keys[1:-1]))
         self.output = eqx.nn.Linear(width, "scalar", key=keys[-1])

@@ -23,7 +23,7 @@ import dataclasses
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from teng_eq.config import bad
 from teng_eq.equations import Equation, operator
@@ -52,6 +52,9 @@ class TDVP(Method):
             if self.subsample < 1:
                 bad(f"{prefix}.subsample", self.subsample, "must be an integer >= 1")
 
+    #: Cholesky solves redone by QR (the solver event TENG counts too).
+    events = ("fallbacks",)
+
     space: ParamSpace
     stepper: Stepper
     equation: Equation
@@ -75,15 +78,16 @@ class TDVP(Method):
 
     def velocity(
         self, theta: Float[Array, " params"], key: PRNGKeyArray
-    ) -> tuple[Float[Array, " params"], Float[Array, ""]]:
-        """``(θ̇, ρ)``: the sparse Dirac–Frenkel velocity at θ on a random subset,
-        and its squared L² residual ``ρ = w‖J_S θ̇_S − L[û_θ]‖²``."""
+    ) -> tuple[Float[Array, " params"], Float[Array, ""], Bool[Array, ""]]:
+        """``(θ̇, ρ, fallback)``: the sparse Dirac–Frenkel velocity at θ on a random
+        subset, its squared L² residual ``ρ = w‖J_S θ̇_S − L[û_θ]‖²``, and whether a
+        Cholesky solve fell back to QR."""
         subset = random_subset(key, self.space.size, self.subsample)
         _, rows = self.stepper.jacobian_rows(theta, subset)
         rhs = operator(self.equation, lambda p: self.space.apply(theta, p), self.stepper.points)
-        x = self.stepper.solve(rows, rhs)
+        x, fallback = self.stepper.solve(rows, rhs)
         r = residual(rows, x, rhs)
-        return jnp.zeros_like(theta).at[subset].set(x), self.stepper.weight * jnp.sum(r * r)
+        return jnp.zeros_like(theta).at[subset].set(x), self.stepper.weight * jnp.sum(r * r), fallback
 
     def init(self, theta0: Float[Array, " params"]) -> Float[Array, " params"]:
         return theta0
@@ -93,20 +97,22 @@ class TDVP(Method):
     ) -> tuple[Float[Array, " params"], StepInfo]:
         theta = state
         keys = jax.random.split(key, self.integrator.stages)
-        slopes, rho = [], []
+        slopes, rho, fallbacks = [], [], jnp.zeros((), jnp.int32)
         for j in range(self.integrator.stages):
             coeffs = self.integrator.a[j - 1] if j > 0 else ()
             stage = theta + self.dt * sum((c * k for c, k in zip(coeffs, slopes) if c != 0.0),
                                           jnp.zeros_like(theta))
-            k, r = self.velocity(stage, keys[j])
+            k, r, fallback = self.velocity(stage, keys[j])
             slopes.append(k)
             rho.append(r)
+            fallbacks = fallbacks + fallback
         theta = theta + self.dt * sum(b * k for b, k in zip(self.integrator.b, slopes))
         rho = jnp.stack(rho)
         info = StepInfo(
             losses=(self.dt**2 * rho)[:, None],
             lsq=rho[:, None],
-            scalars={"step_loss": self.dt**2 * jnp.dot(jnp.asarray(self.integrator.b), rho)},
+            scalars={"step_loss": self.dt**2 * jnp.dot(jnp.asarray(self.integrator.b), rho),
+                     "fallbacks": fallbacks},
         )
         return theta, info
 
