@@ -238,8 +238,10 @@ def preflight(argv: list[str]) -> int:
     from hydra import compose, initialize_config_dir
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
+    from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
     check_group_choices(argv, CONF)
@@ -250,14 +252,22 @@ def preflight(argv: list[str]) -> int:
         return 0
     if args.multirun and any(o.lstrip("+~").startswith("hydra/sweeper") for o in args.overrides):
         return 0  # another sweeper expands the jobs its own way: each job checks itself
-    try:
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
-        jobs = ([job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-                if args.multirun else [list(args.overrides)])
-    except HydraException as err:
-        raise ConfigError(f"invalid config: {_one_line(err)}") from None
     checked = set()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        try:
+            # A preset may sweep through its own hydra.sweeper.params (and set
+            # hydra.mode: MULTIRUN): Hydra's basic sweeper puts them before the
+            # command line's overrides; a glob over a group needs the config loader.
+            parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+            fixed = [o.input_line for o in parser.parse_overrides(args.overrides) if not o.is_sweep_override()]
+            base = compose(config_name="config", overrides=fixed, return_hydra_config=True)
+            multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN
+            swept = [f"{k}={v}" for k, v in (base.hydra.sweeper.get("params") or {}).items()] if multirun else []
+            overrides = parser.parse_overrides([*swept, *args.overrides])
+            jobs = ([job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+                    if multirun else [list(args.overrides)])
+        except (HydraException, OmegaConfBaseException) as err:
+            raise ConfigError(f"invalid config: {_one_line(err)}") from None
         for job in jobs:
             try:
                 cfg = compose(config_name="config", overrides=job)

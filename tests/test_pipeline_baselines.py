@@ -65,6 +65,22 @@ def test_engd_on_another_equation_stops_in_one_line(tmp_path, equation):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_bad_key_in_a_preset_case_stops_the_sweep_before_any_run(tmp_path):
+    """The preset's own sweep (hydra.sweeper.params, hydra.mode: MULTIRUN, no ``-m``)
+    is expanded and every case validated before Hydra starts: one line, no store."""
+    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "sweep.py"), "+experiment=table1_cpu",
+                           "hydra.sweeper.params={+table1_case: 'heat-tdvp_rk4,heat-obti_adam'}",
+                           "++method.subsample=0", f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
+                          check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode != 0
+    # Checked as TDVP's key (the first case), not against the default method the
+    # command line alone composes to (teng_heun: "unknown key").
+    assert proc.stderr.strip().splitlines() == [
+        "error: invalid config: method.subsample=0: must be an integer >= 1"]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "cache").exists()
+
+
 @pytest.fixture(scope="module")
 def pinn_table(tmp_path_factory, warm_cache):
     """Two cells of +experiment=table1_cpu (PINN-BFGS, PINN-ENGD on heat) at tiny size. The
