@@ -10,7 +10,8 @@ from teng_eq.checkpoint import CheckpointStore
 from teng_eq.simulation import Diverged, run_simulation
 
 TOY = ["method.impl=fake_methods:Toy", "~method.integrator", "+method.growth=1.5", "+method.nan_at=0",
-       "dt=0.02", "t_final=0.2", "grid=16", "eval_grid=32", "equation.initial_condition=sines2d"]
+       "dt=0.02", "t_final=0.2", "grid=16", "holdout.grid=8", "eval_grid=32",
+       "equation.initial_condition=sines2d"]
 
 
 def toy(*overrides):
