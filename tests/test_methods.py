@@ -13,8 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import make_config
+from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
+from teng_eq.checkpoint import CheckpointStore
 from teng_eq.config import ConfigError
 from teng_eq.equations import Heat
 from teng_eq.grid import cell_volume, grid_points
@@ -276,3 +278,38 @@ def test_baseline_runs_track_exact_heat(warm_cache, method, overrides, tolerance
     else:
         assert r.fit_info is None and r.step_loss[-1] < r.step_loss[0]  # training went down
 
+
+class _Killed(Exception):
+    """Stands for a kill after a step was reported."""
+
+
+@pytest.mark.parametrize("method, overrides", [
+    # OBTI-Adam's state is θ alone (a fresh Adam each step, as the paper restarts its schedule).
+    ("obti_adam", ["method.iterations=20"]),
+    # PINN-BFGS's state carries optimistix's BFGS state: inverse Hessian, line-search state, f_info.
+    ("pinn_bfgs", ["method.collocation=256", "method.initial=8", "method.iterations=40", "method.block=10"]),
+])
+def test_baseline_resumed_from_a_checkpoint_ends_where_the_uninterrupted_run_does(
+        tmp_path, warm_cache, method, overrides):
+    """Killed after step 3 with checkpoints every 2 steps, the run resumes from step 2's
+    state (the optimiser's included) and ends at the θ of a run never stopped."""
+    cfg = make_config(*SMALL, f"method={method}", *overrides)
+    whole = run_simulation(cfg, cache_dir=warm_cache)
+    store = CheckpointStore(tmp_path / "c.npz", {"run": method})
+
+    def kill_after_3(rec):
+        if rec.step == 3:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        run_simulation(cfg, cache_dir=warm_cache, on_step=kill_after_3, checkpoints=store, checkpoint_every=2)
+    resumed = run_simulation(cfg, cache_dir=warm_cache, checkpoints=store, checkpoint_every=2)
+    assert resumed.resumed_from == 2
+
+    def theta(result):
+        return ravel_pytree(eqx.filter(result.network, eqx.is_array))[0]
+
+    a, b = theta(whole), theta(resumed)
+    assert jnp.linalg.norm(b - a) <= 1e-12 * jnp.linalg.norm(a)
+    np.testing.assert_allclose(resumed.rel_l2, whole.rel_l2, rtol=1e-12)
+    np.testing.assert_allclose(resumed.step_loss, whole.step_loss, rtol=1e-12)
