@@ -224,7 +224,7 @@ def loss_overlay(path: Path, panels) -> Path:
         for name, stages in in_step.items():
             for stage, (iterations, losses) in stages.items():
                 label = name if len(stages) == 1 else f"{name} stage {stage + 1}"
-                left.semilogy(iterations, losses, "o-" if len(iterations) < 30 else "-", ms=3, lw=1.2,
+                left.semilogy(iterations, losses, marker="o" if len(iterations) < 30 else None, ms=3, lw=1.2,
                               color=color[name], alpha=1.0 if stage == len(stages) - 1 else 0.5,
                               ls="-" if stage == len(stages) - 1 else ":", label=label)
         left.set_xscale("symlog", linthresh=10)
