@@ -114,7 +114,7 @@ def build_network(cfg: RunConfig) -> TENGNet:
     key_net, _ = jax.random.split(jax.random.PRNGKey(cfg.seed))
     return TENGNet(
         dim=cfg.equation.dim, features=cfg.network.features, width=cfg.network.width,
-        depth=cfg.network.depth, lengths=cfg.equation.lengths, key=key_net,
+        depth=cfg.network.depth, lengths=cfg.equation.periods, key=key_net,
     )
 
 
@@ -148,7 +148,7 @@ def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None
     theta, fit_info = None, None
     if fit:
         description = dict(
-            initial_condition=equation.initial_condition, lengths=list(equation.lengths),
+            **equation.fit_description(),
             network=dataclasses.asdict(cfg.network), grid=cfg.grid, seed=cfg.seed,
             fit=dataclasses.asdict(cfg.fit),
         )
