@@ -190,13 +190,21 @@ def initial_parameters(
     target1 = jax.vmap(lambda x: _value_and_gradient(u0, x))(points)
     target2 = target1[:, 0]
 
+    # Per-point quadrature weights (a non-uniform rule): residual rows scaled by √wₙ.
+    sqrt_w = None if jnp.ndim(weight) == 0 else jnp.repeat(jnp.sqrt(jnp.asarray(weight)), target1.shape[1])
+    rows = _value_gradient_rows(stepper)
+
     def residual1(theta):
         net = space.network(theta)
-        return jax.vmap(lambda x: _value_and_gradient(net, x))(points) - target1
+        r = jax.vmap(lambda x: _value_and_gradient(net, x))(points) - target1
+        return r if sqrt_w is None else r.reshape(-1) * sqrt_w
+
+    def jacobian1(theta, subset):
+        return rows(theta, subset) if sqrt_w is None else rows(theta, subset) * sqrt_w[:, None]
 
     t0 = time.perf_counter()
     theta, loss1 = levenberg_marquardt(
-        residual1, _value_gradient_rows(stepper), space.flatten(net), weight, key=k1,
+        residual1, jacobian1, space.flatten(net), weight if sqrt_w is None else 1.0, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
         max_iters=fit.stage1_max_iters, log=log, label="θ₀ stage 1 (value+gradient)",
     )

@@ -20,7 +20,8 @@ j−1 (the previous stage's network is the best warm start we have):
   θ₃ fits ``û_t + Δt k₃`` (from θ₂), ``k₄ = L[û_{θ₃}]``;
   θ_{t+Δt} fits ``û_t + Δt (k₁ + 2k₂ + 2k₃ + k₄)/6`` (from θ₃).
 
-Every target is built from ``û_t`` on the quadrature grid; the first fit of a step
+Every target is built from ``û_t`` on the quadrature grid, except on the rows of a
+Dirichlet boundary (``boundary``), where it is the boundary value 0; the first fit of a step
 runs ``iters`` iterations (its first drawing ``subsample_first`` parameters), the
 later fits ``iters_later``.
 """
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
-from jaxtyping import Array, Float, PRNGKeyArray
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from teng_eq.equations import Equation, operator
 from teng_eq.stepper import StageLog, Stepper
@@ -68,6 +70,8 @@ class TENGStep(eqx.Module):
     iters_later: int = eqx.field(static=True)
     subsample_first: int = eqx.field(static=True)
     subsample: int = eqx.field(static=True)
+    # Rows of the quadrature on a Dirichlet boundary (u = 0 there); None: no boundary.
+    boundary: Bool[Array, " n"] | None = None
 
     def rhs(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
         """``L[û_θ]`` on the quadrature grid."""
@@ -85,6 +89,8 @@ class TENGStep(eqx.Module):
         logs = []
         for j, c in enumerate(coeffs):
             target = u_t + self.dt * sum(cj * k for cj, k in zip(c, slopes) if cj != 0.0)
+            if self.boundary is not None:
+                target = jnp.where(self.boundary, 0.0, target)
             if j == 0:
                 theta, log = self.stepper.stage(
                     theta, target, keys[j], self.iters, self.subsample_first, self.subsample

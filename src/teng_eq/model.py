@@ -41,9 +41,13 @@ class PeriodicEmbedding(eqx.Module):
 
 
 class TENGNet(eqx.Module):
-    """Scalar network ``û: ℝᵈ → ℝ``; ``hidden`` layers take tanh, ``output`` does not."""
+    """Scalar network ``û: ℝᵈ → ℝ``; ``hidden`` layers take tanh, ``output`` does not.
 
-    embedding: PeriodicEmbedding
+    ``periodic=False`` drops the embedding: the first layer takes x itself (the
+    paper's network on the disk, where the domain is not periodic).
+    """
+
+    embedding: PeriodicEmbedding | None  # None: plain Cartesian input (non-periodic domains)
     hidden: tuple[eqx.nn.Linear, ...]
     output: eqx.nn.Linear
 
@@ -55,14 +59,15 @@ class TENGNet(eqx.Module):
         depth: int = 7,
         lengths=None,
         *,
+        periodic: bool = True,
         key: PRNGKeyArray,
     ):
         if depth < 3:
             raise ValueError(f"depth must be >= 3 (embedding, hidden, output), got {depth}")
         lengths = (2 * math.pi,) * dim if lengths is None else lengths
         keys = jax.random.split(key, depth)
-        self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0])
-        sizes = [dim * features] + [width] * (depth - 2)
+        self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0]) if periodic else None
+        sizes = [dim * features if periodic else dim] + [width] * (depth - 2)
         self.hidden = tuple(
             eqx.nn.Linear(n_in, n_out, key=k)
             for n_in, n_out, k in zip(sizes[:-1], sizes[1:], keys[1:-1])
@@ -70,7 +75,7 @@ class TENGNet(eqx.Module):
         self.output = eqx.nn.Linear(width, "scalar", key=keys[-1])
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
-        h = self.embedding(x)
+        h = x if self.embedding is None else self.embedding(x)
         for layer in self.hidden:
             h = jnp.tanh(layer(h))
         return self.output(h)
@@ -109,12 +114,17 @@ class TENGNet(eqx.Module):
         """
         emb = self.embedding
         n = points.shape[0]
-        kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
-        ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
-        cphi, sphi = jnp.cos(emb.phi)[:, :, None], jnp.sin(emb.phi)[:, :, None]
-        cos = ckx * cphi - skx * sphi  # (dim, features, n)
-        sin = skx * cphi + ckx * sphi
-        h = (emb.a[:, :, None] * cos + emb.c[:, :, None]).reshape(-1, n)
+        if emb is None:
+            # Cartesian input: the first layer sees x itself; no embedding factors.
+            h, head = points.T, [jnp.ones((1, n), points.dtype)]
+        else:
+            kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
+            ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
+            cphi, sphi = jnp.cos(emb.phi)[:, :, None], jnp.sin(emb.phi)[:, :, None]
+            cos = ckx * cphi - skx * sphi  # (dim, features, n)
+            sin = skx * cphi + ckx * sphi
+            h = (emb.a[:, :, None] * cos + emb.c[:, :, None]).reshape(-1, n)
+            head = [jnp.ones((1, n), h.dtype), cos.reshape(-1, n), (-emb.a[:, :, None] * sin).reshape(-1, n)]
         inputs = []
         for layer in self.hidden:
             inputs.append(h)
@@ -128,25 +138,25 @@ class TENGNet(eqx.Module):
             g = (w_next.T @ g) * (1.0 - h_out**2)
             gs.append(g)
             w_next = layer.weight
-        gs.append(w_next.T @ g)
+        if emb is not None:
+            gs.append(w_next.T @ g)
         Gt = jnp.concatenate(gs[::-1], axis=0)
-        Ht = jnp.concatenate(
-            [jnp.ones((1, n), u.dtype), cos.reshape(-1, n), (-emb.a[:, :, None] * sin).reshape(-1, n)]
-            + inputs,
-            axis=0,
-        )
+        Ht = jnp.concatenate(head + inputs, axis=0)
         return u, Gt, Ht
 
     def factor_columns(self) -> tuple[Int[np.ndarray, " params"], Int[np.ndarray, " params"]]:
         """Flat ``(gcol, hcol)`` index arrays for :meth:`jacobian_factors`, in the
         order of ``ravel_pytree`` over the parameters."""
-        n_emb = self.embedding.a.size
+        n_emb = 0 if self.embedding is None else self.embedding.a.size
+        n_in = self.hidden[0].weight.shape[1]  # the first layer's input: e, or x itself
         widths = [layer.weight.shape[0] for layer in self.hidden]
         g_off = np.cumsum([0, n_emb] + widths)  # start of ∂û/∂e, ∂û/∂z₁, …, ∂û/∂z_out
-        in_off = np.cumsum([1 + 2 * n_emb, n_emb] + widths)  # start of e, h₁, …, h_L
-        emb = np.arange(n_emb).reshape(self.embedding.a.shape)
-        g_cols = [emb, emb, emb]
-        h_cols = [1 + emb, 1 + n_emb + emb, np.zeros_like(emb)]
+        in_off = np.cumsum([1 + 2 * n_emb, n_in] + widths)  # start of e (or x), h₁, …, h_L
+        g_cols, h_cols = [], []
+        if self.embedding is not None:
+            emb = np.arange(n_emb).reshape(self.embedding.a.shape)
+            g_cols = [emb, emb, emb]
+            h_cols = [1 + emb, 1 + n_emb + emb, np.zeros_like(emb)]
         layers = list(self.hidden) + [self.output]
         for l, layer in enumerate(layers):
             n_out, n_in = layer.weight.shape

@@ -33,11 +33,12 @@ from teng_eq.model import ParamSpace, TENGNet
 @dataclasses.dataclass
 class StepRecord:
     """What one step reports. ``step`` n of a sequential method is at ``t = n·dt``
-    (step 0: the start, with ``rel_l2`` only); a global-in-time method's steps
+    (step 0: the start, with the error metrics only); a global-in-time method's steps
     are blocks of its optimisation (``t`` is None, no ``rel_l2``).
 
     ``metrics`` are logged under their names at ``step``: ``rel_l2`` (where
-    measured), ``wall_time_s`` and every per-step scalar of the method
+    measured), ``boundary_max_abs`` (max |û| at ``equation.boundary_points``, where
+    the domain has a Dirichlet boundary), ``wall_time_s`` and every per-step scalar of the method
     (``step_loss``, …). ``losses`` has rows ``(stage, iteration, loss, lsq)``.
     """
 
@@ -112,9 +113,10 @@ class Problem:
 def build_network(cfg: RunConfig) -> TENGNet:
     """The untrained network of ``cfg`` (its architecture, initialised from ``seed``)."""
     key_net, _ = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    periods = cfg.equation.periods
     return TENGNet(
         dim=cfg.equation.dim, features=cfg.network.features, width=cfg.network.width,
-        depth=cfg.network.depth, lengths=cfg.equation.periods, key=key_net,
+        depth=cfg.network.depth, lengths=periods, periodic=periods is not None, key=key_net,
     )
 
 
@@ -191,6 +193,10 @@ def run_simulation(
     # become constants of the one compiled step.
     step_fn = jax.jit(lambda s, k: method.step(s, k)).lower(state, key_run).compile()
     evaluate = jax.jit(lambda s, t: method.values(s, evaluation.points, t)).lower(state, 0.0).compile()
+    # Where the domain has a Dirichlet boundary (u = 0), |û| there is reported each step.
+    boundary = equation.boundary_points(cfg.eval_grid)
+    on_boundary = None if boundary is None else (
+        jax.jit(lambda s, t: method.values(s, boundary, t)).lower(state, 0.0).compile())
     compile_s = time.perf_counter() - t0
 
     snapshots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -198,7 +204,7 @@ def run_simulation(
     err_sq, ref_sq = np.zeros(cfg.n_steps + 1), np.zeros(cfg.n_steps + 1)
     eval_s = 0.0
 
-    def measure(n: int, state) -> float:
+    def measure(n: int, state) -> dict[str, float]:
         nonlocal eval_s
         start = time.perf_counter()
         u = np.asarray(evaluate(state, times[n]))
@@ -206,8 +212,11 @@ def run_simulation(
         if n in wanted:
             snapshots[n] = (u, ref)
         err_sq[n], ref_sq[n] = squared_norms(u, ref, evaluation.weights)
+        out = {"rel_l2": float(np.sqrt(err_sq[n] / ref_sq[n]))}
+        if on_boundary is not None:
+            out["boundary_max_abs"] = float(np.max(np.abs(np.asarray(on_boundary(state, times[n])))))
         eval_s += time.perf_counter() - start
-        return float(np.sqrt(err_sq[n] / ref_sq[n]))
+        return out
 
     steps = method.steps
     scalars: dict[str, np.ndarray] = {}
@@ -215,7 +224,7 @@ def run_simulation(
     if method.sequential:
         first = measure(0, state)
         if on_step is not None:
-            on_step(StepRecord(step=0, of=steps, t=0.0, metrics={"rel_l2": first}, losses=np.zeros((0, 4))))
+            on_step(StepRecord(step=0, of=steps, t=0.0, metrics=first, losses=np.zeros((0, 4))))
     stepping = 0.0
     for n in range(1, steps + 1):
         start = time.perf_counter()
@@ -231,7 +240,7 @@ def run_simulation(
             scalars.setdefault(k, np.full(steps, np.nan))[n - 1] = v
         where = f"step {n} (t={times[n]:.6g})" if method.sequential else f"block {n}"
         if method.sequential:
-            metrics["rel_l2"] = measure(n, state)
+            metrics.update(measure(n, state))
         if not all(np.isfinite(v) for v in metrics.values()):
             bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
             raise FloatingPointError(f"{cfg.method.name} diverged at {where}: non-finite {', '.join(bad)}")

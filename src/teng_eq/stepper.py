@@ -2,10 +2,11 @@
 
 Given θ and a target ``u_target`` on the quadrature grid, each iteration:
 
-1. residual ``r = û_θ − u_target`` and loss ``L = ‖r‖²_{L²} ≈ w Σₙ r(xₙ)²``;
+1. residual ``r = û_θ − u_target`` and loss ``L = ‖r‖²_{L²} ≈ Σₙ wₙ r(xₙ)²``;
 2. ``Δu = −α ∂L/∂û = −r`` (α = 1/2: the full Gauss–Newton step);
 3. ``J = ∂û_θ(xₙ)/∂θ_S`` for a random subset S of the parameters;
-4. ``Δθ_S = argmin ‖J Δθ_S − Δu‖₂`` (:func:`teng_eq.lstsq.least_squares`);
+4. ``Δθ_S = argmin ‖W^{1/2}(J Δθ_S − Δu)‖₂`` (:func:`teng_eq.lstsq.least_squares`; a
+   uniform weight drops out, per-point weights scale each row by √wₙ);
 5. ``θ_S ← θ_S + Δθ_S``.
 
 A whole stage is one traced function (``lax.fori_loop`` over iterations), so it
@@ -73,6 +74,8 @@ class Stepper(eqx.Module):
     space: ParamSpace
     points: Float[Array, "n dim"]
     weight: float = eqx.field(static=True)
+    # Per-point quadrature weights as √wₙ (then ``weight`` is 1); None: the uniform ``weight``.
+    sqrt_weights: Float[Array, " n"] | None
     solver: str = eqx.field(static=True)
     damping: float = eqx.field(static=True)
     gcol: Int[Array, " params"]
@@ -88,7 +91,10 @@ class Stepper(eqx.Module):
     ):
         self.space = space
         self.points = jnp.asarray(points)
-        self.weight = float(weight)
+        if jnp.ndim(weight) == 0:
+            self.weight, self.sqrt_weights = float(weight), None
+        else:
+            self.weight, self.sqrt_weights = 1.0, jnp.sqrt(jnp.asarray(weight))
         self.solver = solver
         self.damping = float(damping)
         gcol, hcol = space.static_network().factor_columns()
@@ -99,6 +105,8 @@ class Stepper(eqx.Module):
 
     def loss(self, theta, target) -> Float[Array, ""]:
         r = self.values(theta) - target
+        if self.sqrt_weights is not None:
+            r = r * self.sqrt_weights
         return self.weight * jnp.sum(r * r)
 
     def jacobian(
@@ -130,6 +138,9 @@ class Stepper(eqx.Module):
         subset = random_subset(key, self.space.size, n_sub)
         u, rows = self.jacobian_rows(theta, subset)
         du = target - u
+        if self.sqrt_weights is not None:
+            rows = tuple(B * self.sqrt_weights for B in rows)
+            du = du * self.sqrt_weights
         step = self.solve(rows, du)
         # A failed solve must not poison θ: skip the update instead.
         step = jnp.where(jnp.all(jnp.isfinite(step)), step, 0.0)

@@ -39,6 +39,7 @@ class TENG(Method):
             integrator=INTEGRATORS[cfg.method.options.integrator], stepper=stepper,
             equation=problem.equation, dt=cfg.dt, iters=cfg.iters, iters_later=cfg.iters_later,
             subsample_first=cfg.subsample_first, subsample=cfg.subsample,
+            boundary=problem.quadrature.boundary,
         )
         return cls(steps=cfg.n_steps, space=problem.space, step_fn=step_fn)
 
