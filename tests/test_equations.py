@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import CONF, make_config
 from scipy.spatial import cKDTree
 
-from conftest import CONF, make_config
 from teng_eq.config import ConfigError
 from teng_eq.equations import Equation, build_equation, operator
 from teng_eq.equations.periodic import paper_initial_condition

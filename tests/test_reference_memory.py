@@ -8,8 +8,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 from conftest import make_config
+
 from teng_eq.reference import Pseudospectral, reference_solution
 from teng_eq.reference.etdrk4 import spectrum_bytes
 

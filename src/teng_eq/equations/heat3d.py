@@ -5,6 +5,7 @@ Conditions and Benchmarks", Table ``tab:coefs``)."""
 from __future__ import annotations
 
 import itertools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +46,7 @@ class Heat3D(Heat):
     """
 
     dim = 3
-    initial_conditions = {"paper3d": paper3d_initial_condition}
+    initial_conditions: ClassVar[dict] = {"paper3d": paper3d_initial_condition}
 
     def reference_scheme(self) -> ExactFourier:
         return ExactFourier(n=8)

@@ -10,6 +10,7 @@ problem with weight ``boundary_weight`` × arc length and target 0.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -27,7 +28,7 @@ from teng_eq.reference.bessel import BesselSeries, bessel_zero
 _PLANE_WAVES = 64
 
 
-def disk_harmonic(m: int, n: int, x) -> Float[Array, "..."]:
+def disk_harmonic(m: int, n: int, x) -> Float[Array, " *shape"]:
     """``Z_mn = J_m(λ_nm r) cos(mθ)`` at Cartesian ``x`` (coordinate first; NumPy or JAX).
 
     Written as an average of plane waves (the Jacobi–Anger expansion integrated
@@ -79,7 +80,7 @@ class HeatDisk(Equation):
     boundary_weight: float = eqx.field(static=True)
 
     dim = 2
-    initial_conditions = {"paper_disk": PAPER_DISK}
+    initial_conditions: ClassVar[dict] = {"paper_disk": PAPER_DISK}
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)

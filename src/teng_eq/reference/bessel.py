@@ -22,7 +22,7 @@ import numpy as np
 import scipy.special as sp
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bessel_zero(m: int, n: int) -> float:
     """λ_nm: the n-th positive zero of J_m (n ≥ 1)."""
     return float(sp.jn_zeros(m, n)[-1])

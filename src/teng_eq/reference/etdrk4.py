@@ -120,7 +120,7 @@ class _Pseudospectral:
 
     def _to_grid(self, v: np.ndarray) -> np.ndarray:
         """The K₁×K₂ grid values of the n₁×n₂-mode spectrum ``v``."""
-        (n1, n2), (k1, k2) = self.shape, self.pad
+        (n1, n2), (k1, _) = self.shape, self.pad
         h1, h2 = n1 // 2, n2 // 2
         # One persistent zero-padded buffer: only the kept blocks are ever written, so
         # the rest stays zero, and no K-sized array is allocated per call (allocation
