@@ -15,6 +15,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import importlib
+import logging
 import sys
 import tempfile
 import threading
@@ -30,13 +31,13 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from teng_eq.cache import digest
-from teng_eq.config import BOOKKEEPING, ConfigError, RunConfig, check_group_choices
-from teng_eq.simulation import run_simulation, save_network
+from teng_eq.checkpoint import CheckpointStore
+from teng_eq.config import BOOKKEEPING, ConfigError, RunConfig, check_group_choices, validate_job
+from teng_eq.simulation import Diverged, run_simulation, save_network
 from teng_eq.tracking import (
     PARENT_RUN_ENV,
+    RunInProgress,
     artifact_root_for,
-    check_store,
-    default_tracking_uri,
     device_description,
     flatten,
     git_state,
@@ -45,6 +46,7 @@ from teng_eq.tracking import (
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+log = logging.getLogger(__name__)
 
 
 def spread(n: int, parts: int, first: int = 1) -> list[int]:
@@ -52,13 +54,18 @@ def spread(n: int, parts: int, first: int = 1) -> list[int]:
     return sorted({max(first, round(n * i / parts)) for i in range(first, parts + 1)})
 
 
+def config_hash(resolved: dict) -> str:
+    """The numerics of a job's resolved config (bookkeeping keys aside), hashed:
+    what a resumed or skipped job is matched on."""
+    return digest({k: v for k, v in resolved.items() if k not in BOOKKEEPING})[:16]
+
+
 def job_tags(cfg: DictConfig, resolved: dict) -> dict[str, str]:
     hc = HydraConfig.get()
     commit, dirty = git_state(ROOT)
-    numerics = {k: v for k, v in resolved.items() if k not in BOOKKEEPING}
     tags = {
         "run_kind": "job", "method": cfg.method.name, "equation": cfg.equation.name,
-        "hydra_overrides": " ".join(hc.overrides.task), "config_hash": digest(numerics)[:16],
+        "hydra_overrides": " ".join(hc.overrides.task), "config_hash": config_hash(resolved),
         "git_commit": commit, "git_dirty": str(dirty),
         "device": device_description(), "jax_version": jax.__version__,
     }
@@ -103,21 +110,43 @@ def main(cfg: DictConfig) -> float:
     threading.Thread(target=importlib.import_module, args=("teng_eq.plots",), daemon=True).start()
     resolved = OmegaConf.to_container(cfg, resolve=True)
     try:
-        run_cfg = RunConfig.from_mapping(resolved)
+        job = validate_job(resolved, root=ROOT)
     except ConfigError as err:
         sys.exit(f"error: {err}")
-    uri = cfg.tracking_uri or default_tracking_uri(ROOT)
-    try:
-        check_store(uri)
-    except ValueError as err:
-        sys.exit(f"error: {err}")
-    name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    with tracked_run(uri, cfg.experiment_name, artifact_root=artifact_root_for(uri, ROOT), run_name=name,
-                     tags=job_tags(cfg, resolved),
-                     parent_run_id=os.environ.get(PARENT_RUN_ENV) if multirun else None) as run:
+    try:
+        return run_job(cfg, resolved, job, multirun, job_start)
+    except Diverged as err:
+        if not multirun:
+            sys.exit(f"error: {err}")
+        # The job's run is FAILED with the reason; the other jobs go on, and the
+        # sweep's parent run (and exit status) report it at the end.
+        log.error("job %s FAILED: %s", HydraConfig.get().job.num, err)
+        return float("nan")
+    except RunInProgress as err:
+        if not multirun:
+            sys.exit(f"error: {err}")
+        raise
+
+
+def run_job(cfg: DictConfig, resolved: dict, job, multirun: bool, job_start: float) -> float:
+    """One job in its MLflow run (a new one, or its configuration's unfinished
+    run resumed from its checkpoint); a finished configuration is skipped."""
+    run_cfg, opts = job.run, job.options
+    name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
+    chash = config_hash(resolved)
+    with tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=job_tags(cfg, resolved),
+                     artifact_root=artifact_root_for(job.tracking_uri, ROOT),
+                     parent_run_id=os.environ.get(PARENT_RUN_ENV) if multirun else None,
+                     config_hash=chash, resume=opts.resume) as run:
+        if run.outcome == "skipped":
+            done = run.previous
+            log.info("skipped: config_hash=%s is FINISHED as run %s (resume=false runs it again)",
+                     chash, done.info.run_id)
+            return float(done.data.metrics.get("global_rel_l2", float("nan")))
+        checkpoints = CheckpointStore.for_run(chash, run.run_id, directory=opts.cache_dir)
         run.params({**flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
-        bar = tqdm(total=run_cfg.n_steps, disable=not cfg.progress, desc=name, file=sys.stderr)
+        bar = tqdm(total=run_cfg.n_steps, disable=not opts.progress, desc=name, file=sys.stderr)
 
         def on_step(rec):
             if rec.step == 1:
@@ -125,24 +154,28 @@ def main(cfg: DictConfig) -> float:
             with run.timed():
                 for key, value in rec.metrics.items():
                     run.metric(key, value, rec.step)
-                if rec.step == 1 or rec.step % 100 == 0:
+                if rec.step == 1 or rec.step % 100 == 0 or rec.step % opts.checkpoint_every == 0:
                     run.flush()  # the run shows up in `mlflow ui` from the first step
             if rec.step > 0:
                 shown = {k: rec.metrics[k] for k in ("rel_l2", "step_loss") if k in rec.metrics}
                 bar.set_postfix_str(" ".join(f"{k}={v:.2e}" for k, v in shown.items()))
                 bar.update()
 
-        result = run_simulation(run_cfg, on_step=on_step, cache_dir=cfg.cache_dir,
+        result = run_simulation(run_cfg, on_step=on_step, cache_dir=opts.cache_dir,
                                 snapshot_steps=spread(run_cfg.n_steps, 3, first=0),
-                                log=lambda msg: bar.write(msg) if cfg.progress else None)
+                                log=lambda msg: bar.write(msg) if opts.progress else None,
+                                checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
+                                divergence_factor=opts.divergence_factor)
         bar.close()
         if not result.sequential:  # a global-in-time method's error curve exists only now
             run.curve("rel_l2", range(len(result.rel_l2)), result.rel_l2)
-        for key in ("global_rel_l2", "runtime_s", "eval_s", "compile_s", "reference_s"):
+        for key in ("global_rel_l2", "runtime_s", "eval_s", "compile_s", "reference_s", "checkpoint_s"):
             run.metric(key, getattr(result, key))
         run.metric("final_rel_l2", result.rel_l2[-1])
         for key, count in result.events.items():
             run.metric(f"{key}_total", count)
+        if result.resumed_from:
+            run.tags({"resumed_from_step": result.resumed_from})
         if result.fit_info is not None:
             cached = result.fit_info["cached"]
             # Time this run spent fitting θ₀: 0 when another run had cached it.
@@ -155,12 +188,67 @@ def main(cfg: DictConfig) -> float:
         run.metric("tracking_s", run.seconds)
         run.metric("job_s", job_s)
         run.metric("tracking_fraction", run.seconds / job_s)
+    checkpoints.clear()  # the run is FINISHED: nothing left to resume
     return result.global_rel_l2
+
+
+def _one_line(err: Exception) -> str:
+    """Hydra's composition errors span several lines (and a chained cause): the
+    first line of each, joined."""
+    parts = []
+    while err is not None and len(parts) < 3:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+        if first and first not in parts:
+            parts.append(first)
+        err = err.__cause__
+    return " ".join(parts)
+
+
+def preflight(argv: list[str]) -> int:
+    """Compose and validate every job of the command line ``argv`` (with ``-m``:
+    each job of the sweep) before Hydra starts, so that a bad one stops the
+    command with one line naming the key, before any compute and before any
+    MLflow run. Returns the number of jobs checked (0 when ``argv`` asks Hydra
+    for something other than running, e.g. ``--help`` or ``--cfg``)."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    check_group_choices(argv, CONF)
+    args = get_args_parser().parse_args(argv)
+    if any(getattr(args, flag, None) for flag in ("help", "hydra_help", "version", "cfg", "info",
+                                                  "shell_completion", "config_path", "config_name",
+                                                  "config_dir", "experimental_rerun")):
+        return 0
+    if args.multirun and any(o.lstrip("+~").startswith("hydra/sweeper") for o in args.overrides):
+        return 0  # another sweeper expands the jobs its own way: each job checks itself
+    try:
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+        jobs = ([job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+                if args.multirun else [list(args.overrides)])
+    except HydraException as err:
+        raise ConfigError(f"invalid config: {_one_line(err)}") from None
+    checked = set()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        for job in jobs:
+            try:
+                cfg = compose(config_name="config", overrides=job)
+                resolved = OmegaConf.to_container(cfg, resolve=True)
+            except (HydraException, OmegaConfBaseException) as err:
+                raise ConfigError(f"invalid config: {_one_line(err)}") from None
+            key = digest(resolved)
+            if key not in checked:
+                checked.add(key)
+                validate_job(resolved, root=ROOT)
+    return len(jobs)
 
 
 if __name__ == "__main__":
     try:
-        check_group_choices(sys.argv[1:], CONF)
+        preflight(sys.argv[1:])
     except ConfigError as err:
         sys.exit(f"error: {err}")
     main()

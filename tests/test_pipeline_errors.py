@@ -1,60 +1,41 @@
-"""Bad configs stop before any compute, with one line naming the key, and leave
-no run behind in MLflow. Every key's check is in test_config.py; these run the
-script for real on a few of them."""
+"""Bad configs stop the script before any compute, with one line naming the key,
+and leave no run behind in MLflow. Every check is in test_config.py (through
+the same entry point, in-process); these run the script for real on a few."""
 
 import os
 import subprocess
 import sys
+import time
 
 import pytest
-
 from conftest import ROOT
 
 
 def _sweep(tmp_path, *overrides, flags=()):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")}
+    start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "pipeline" / "sweep.py"), *flags, f"tracking_uri={uri}",
          f"hydra.sweep.dir={tmp_path / 'multirun'}", *overrides],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False,
     )
-    return proc, uri
-
-
-def _runs(uri):
-    import mlflow
-
-    client = mlflow.tracking.MlflowClient(uri)
-    exps = [e.experiment_id for e in client.search_experiments()]
-    return client.search_runs(exps) if exps else []
+    return proc, time.perf_counter() - start
 
 
 @pytest.mark.parametrize(
-    "override, needle",
+    "flags, override, needle",
     [
-        ("equation=wave", "equation='wave'"),
-        ("method=teng_rk45", "method='teng_rk45'"),
-        ("dt=-0.005", "dt=-0.005"),
-        ("subsample=10000", "subsample=10000"),
+        ((), "foo=1", "'foo'"),  # Hydra's own error spans many lines
+        ((), "subsample=10000", "subsample=10000"),
+        (("-m",), "dt=0.02,-1", "dt=-1.0"),  # the second job of a sweep: the first never starts
     ],
 )
-def test_bad_config_one_line_no_run(tmp_path, override, needle):
-    proc, uri = _sweep(tmp_path, override)
-    assert proc.returncode != 0
+def test_bad_config_one_line_no_run(tmp_path, flags, override, needle):
+    proc, seconds = _sweep(tmp_path, override, flags=flags)
+    assert proc.returncode != 0 and seconds < 30
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-    assert lines, proc.stderr
-    assert lines[-1].startswith("error: invalid config:") and needle in lines[-1], proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: invalid config:") and needle in lines[0], proc.stderr
     assert not (tmp_path / "cache").exists(), "compute started before validation"
-    if (tmp_path / "mlflow.db").exists():
-        assert all(r.info.status != "RUNNING" for r in _runs(uri))
-        assert _runs(uri) == []
-
-
-def test_sweep_stopped_by_a_bad_job_leaves_its_parent_failed(tmp_path):
-    proc, uri = _sweep(tmp_path, "dt=-1,0.02", flags=["-m"])
-    assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: invalid config: dt=-1")
-    (parent,) = _runs(uri)  # the second job never started
-    assert parent.data.tags["run_kind"] == "sweep" and parent.info.status == "FAILED"
-    assert parent.data.tags["failure_reason"] == "the sweep stopped before all its jobs returned"
+    assert not (tmp_path / "mlflow.db").exists(), "an MLflow run (or store) was made for a bad config"

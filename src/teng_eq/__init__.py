@@ -7,6 +7,7 @@ import jax
 # any array is made.
 jax.config.update("jax_enable_x64", True)
 
+from teng_eq.checkpoint import CheckpointStore  # noqa: E402
 from teng_eq.config import ConfigError, FitConfig, NetworkConfig, RunConfig  # noqa: E402
 from teng_eq.equations import Equation, Quadrature, build_equation, operator  # noqa: E402
 from teng_eq.equations.allen_cahn import AllenCahn  # noqa: E402
@@ -19,12 +20,13 @@ from teng_eq.methods import TENG, Method, StepInfo  # noqa: E402
 from teng_eq.metrics import global_relative_l2, relative_l2  # noqa: E402
 from teng_eq.model import ParamSpace, PeriodicEmbedding, TENGNet  # noqa: E402
 from teng_eq.reference import SpectralSolution, reference_solution  # noqa: E402
-from teng_eq.simulation import Problem, RunResult, StepRecord, prepare, run_simulation  # noqa: E402
+from teng_eq.simulation import Diverged, Problem, RunResult, StepRecord, prepare, run_simulation  # noqa: E402
 from teng_eq.stepper import StageLog, Stepper  # noqa: E402
 
 __all__ = [
     "EULER", "HEUN", "INTEGRATORS", "RK4", "SOLVERS",
     "AllenCahn", "Burgers", "ConfigError", "Equation", "FitConfig", "Heat", "Integrator",
+    "CheckpointStore", "Diverged",
     "Method", "NetworkConfig", "ParamSpace", "PeriodicEmbedding", "Problem", "Quadrature",
     "RunConfig", "RunResult", "SpectralSolution", "StageLog", "StepInfo", "StepRecord",
     "Stepper", "TENG", "TENGNet", "TENGStep",

@@ -1,13 +1,34 @@
-"""On-disk cache shared by θ₀ fits and reference solutions."""
+"""On-disk cache shared by θ₀ fits, reference solutions and run checkpoints.
+
+Every entry is one ``.npz`` (no pickle) that checks itself: next to its arrays it
+holds the *describing key* it was written for (canonical JSON) and a sha256
+over that key and every array's name, dtype, shape and bytes. :func:`load_arrays`
+recomputes both and returns ``None`` — the caller rebuilds the entry — when
+the file is missing, unreadable (truncated: a zip's directory is at its end),
+corrupt (a byte changed) or stale (written for another key or format). Writes
+go through a temporary file in the same folder and a rename, so a reader or a
+concurrent writer (parallel sweep jobs) sees the old complete file or the new
+one, never half of one.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import numpy as np
+
+_log = logging.getLogger(__name__)
+
+#: Bumped when the layout of an entry changes: older entries are then stale.
+FORMAT = "teng-eq-npz-v1"
+_KEY, _DIGEST = "__key__", "__digest__"
 
 
 def cache_dir(path=None) -> Path:
@@ -38,3 +59,65 @@ def write_atomic(path: Path, write: Callable) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _canonical_key(key: Mapping) -> str:
+    return json.dumps({"format": FORMAT, **key}, sort_keys=True)
+
+
+def _content_digest(key_json: str, arrays: Mapping[str, np.ndarray]) -> str:
+    h = hashlib.sha256(key_json.encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def store_arrays(path: Path, arrays: Mapping[str, np.ndarray], key: Mapping) -> Path:
+    """Write ``arrays`` (names without ``__``) to ``path`` as a self-checking entry
+    for ``key`` (a JSON-able mapping that describes what the arrays are), atomically."""
+    arrays = {name: np.asarray(a) for name, a in arrays.items()}
+    for name, a in arrays.items():
+        if name.startswith("__") or a.dtype == object:
+            raise ValueError(f"cache entry {path}: array {name!r} cannot be stored "
+                             "(reserved name or object dtype)")
+    key_json = _canonical_key(key)
+    members = {**arrays, _KEY: np.array(key_json), _DIGEST: np.array(_content_digest(key_json, arrays))}
+    write_atomic(path, lambda f: np.savez(f, **members))
+    return Path(path)
+
+
+def check_arrays(path: Path, key: Mapping) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """``(arrays, None)`` for a sound entry of ``key`` at ``path``, else ``(None, why)``
+    with ``why`` one of ``missing``, ``unreadable …``, ``stale …``, ``corrupt …``."""
+    path = Path(path)
+    if not path.is_file():
+        return None, "missing"
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            members = {name: data[name] for name in data.files}
+    except zipfile.BadZipFile as err:
+        if "CRC" in str(err):  # zip checks each member's CRC-32 as it is read
+            return None, f"corrupt ({err})"
+        return None, f"unreadable (truncated or not an npz: {err})"
+    except (OSError, ValueError, EOFError, KeyError) as err:
+        return None, f"unreadable (truncated or not an npz: {type(err).__name__}: {err})"
+    stored_key, stored_digest = members.pop(_KEY, None), members.pop(_DIGEST, None)
+    if stored_key is None or stored_digest is None:
+        return None, "stale (written without a key and digest)"
+    if str(stored_key) != _canonical_key(key):
+        return None, "stale (written for another key or format)"
+    if str(stored_digest) != _content_digest(str(stored_key), members):
+        return None, "corrupt (content digest mismatch)"
+    return members, None
+
+
+def load_arrays(path: Path, key: Mapping) -> dict[str, np.ndarray] | None:
+    """The arrays of the entry of ``key`` at ``path``; ``None`` when there is no sound
+    one (a damaged or stale file is reported in the log, and the caller's rebuild
+    replaces it)."""
+    arrays, why = check_arrays(path, key)
+    if arrays is None and why != "missing":
+        _log.warning("cache entry %s is %s: rebuilding it", path, why)
+    return arrays

@@ -22,10 +22,11 @@ from typing import Any
 
 from teng_eq.lstsq import SOLVERS
 
-#: Top-level keys that say where results go, not what is computed: left out of a
-#: run's ``config_hash`` and never an axis of comparison between runs.
-BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress"})
-
+#: Top-level keys that say where results go and how a job is run, not what it
+#: computes: left out of a run's ``config_hash`` (so a resumed or re-checkpointed
+#: run is the same run) and never an axis of comparison between runs.
+BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress",
+                         "checkpoint_every", "resume", "divergence_factor"})
 
 
 class ConfigError(ValueError):
@@ -53,16 +54,20 @@ def options_from(cls: type, mapping: Mapping, prefix: str):
     keys and values of the wrong type are :class:`ConfigError` s named
     ``<prefix>.<key>``; ``cls.validate()`` (if any) checks the values."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
+
+    def named(key: str) -> str:
+        return f"{prefix}.{key}" if prefix else key
+
     for key in mapping:
         if key not in fields:
-            bad(f"{prefix}.{key}", mapping[key], f"unknown key; known: {sorted(fields)}")
+            bad(named(key), mapping[key], f"unknown key; known: {sorted(fields)}")
     kw = {}
     for name, field in fields.items():
         if name not in mapping:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                bad(f"{prefix}.{name}", None, "missing")
+                bad(named(name), None, "missing")
             continue
-        kw[name] = _typed(mapping[name], field.type, f"{prefix}.{name}")
+        kw[name] = _typed(mapping[name], field.type, named(name))
     obj = cls(**kw)
     if hasattr(obj, "validate"):
         obj.validate(prefix)
@@ -239,12 +244,90 @@ class RunConfig:
         for key in ("grid", "eval_grid"):
             if getattr(self, key) < 8:
                 bad(key, getattr(self, key), "must be an integer >= 8")
+        if self.seed < 0:
+            bad("seed", self.seed, "must be an integer >= 0")
         n_params = self.n_params
         for key in ("subsample_first", "subsample"):
             value = getattr(self, key)
             if not 1 <= value <= n_params:
                 bad(key, value, f"must be an integer in [1, {n_params}] (the parameter count)")
         self.method.cls.check(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOptions:
+    """The :data:`BOOKKEEPING` keys: where a job's results go and how it is run.
+
+    ``checkpoint_every``: steps between checkpoints (one is also written at the
+    end); ``resume``: continue this configuration's unfinished run, skip it when
+    finished (else start a new run); ``divergence_factor``: a step whose loss
+    exceeds this many times the median loss of the steps before it ends the
+    run as diverged (as does any non-finite value).
+    """
+
+    tracking_uri: str | None
+    experiment_name: str
+    cache_dir: str | None
+    progress: bool
+    checkpoint_every: int
+    resume: bool
+    divergence_factor: float
+
+    def validate(self, prefix: str) -> None:
+        if not self.experiment_name.strip():
+            bad("experiment_name", self.experiment_name, "must be a non-empty name")
+        if self.checkpoint_every < 1:
+            bad("checkpoint_every", self.checkpoint_every, "must be an integer >= 1 (steps)")
+        if not self.divergence_factor > 1:
+            bad("divergence_factor", self.divergence_factor, "must be a number > 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A validated job: its numerics and its bookkeeping."""
+
+    run: RunConfig
+    options: JobOptions
+    tracking_uri: str  # resolved: the default store when ``options.tracking_uri`` is null
+
+
+def _check_writable_folder(key: str, path) -> None:
+    """``path`` is, or can be created as, a folder this process may write to
+    (checked without creating anything)."""
+    import os
+    from pathlib import Path
+
+    probe = Path(path).expanduser().absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        bad(key, str(path), f"{probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        bad(key, str(path), f"folder {probe} is not writable")
+
+
+def validate_job(cfg: Mapping, *, root) -> Job:
+    """Every check of a job's resolved config (``conf/`` composed), before any
+    compute and before any MLflow run: unknown top-level keys, the numerics
+    (:meth:`RunConfig.from_mapping`), the bookkeeping keys (:class:`JobOptions`),
+    the MLflow store (malformed, unreachable; default: ``<root>/mlflow.db``) and
+    the cache folder (writable). Raises a one-line :class:`ConfigError`."""
+    from teng_eq.cache import cache_dir
+    from teng_eq.tracking.store import check_store, default_tracking_uri
+
+    known = {"equation", "method", "network", "fit", *_NUMERIC, *BOOKKEEPING}
+    for key in cfg:
+        if key not in known:
+            bad(key, cfg[key], "unknown key")
+    options = options_from(JobOptions, {k: cfg[k] for k in BOOKKEEPING if k in cfg}, "")
+    run = RunConfig.from_mapping(cfg)
+    uri = options.tracking_uri or default_tracking_uri(root)
+    try:
+        check_store(uri)
+    except ValueError as err:
+        raise ConfigError(f"invalid config: {err}") from None
+    _check_writable_folder("cache_dir", cache_dir(options.cache_dir))
+    return Job(run=run, options=options, tracking_uri=uri)
 
 
 def check_group_choices(overrides: list[str], conf_dir) -> None:

@@ -19,13 +19,12 @@ import json
 import time
 from collections.abc import Callable
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.cache import cache_dir, digest, write_atomic
+from teng_eq.cache import cache_dir, digest, load_arrays, store_arrays
 from teng_eq.model import ParamSpace, TENGNet
 from teng_eq.stepper import Stepper, random_subset
 
@@ -231,16 +230,14 @@ def cached_initial_parameters(
     log: Callable[[str], None] | None = None,
 ) -> tuple[Float[Array, " params"], dict]:
     """:func:`initial_parameters`, cached under ``directory`` by ``description``
-    (initial condition, architecture, grid, seed, fit settings). Stored with
-    ``eqx.tree_serialise_leaves`` (no pickle) next to a JSON of the fit's info."""
-    root = cache_dir(directory) / "theta0"
-    name = fit_key(description)
-    path, meta = root / f"{name}.eqx", root / f"{name}.json"
-    space = ParamSpace(net)
-    if path.exists() and meta.exists():
-        theta = eqx.tree_deserialise_leaves(path, jnp.zeros(space.size))
-        return theta, {**json.loads(meta.read_text()), "cached": True}
+    (initial condition, architecture, grid, seed, fit settings). Stored as a
+    self-checking entry (:func:`teng_eq.cache.store_arrays`: θ and the fit's info
+    as JSON, no pickle), refitted when missing, damaged or stale."""
+    path = cache_dir(directory) / "theta0" / f"{fit_key(description)}.npz"
+    entry_key = {**description, "version": FIT_VERSION}
+    cached = load_arrays(path, entry_key)
+    if cached is not None:
+        return jnp.asarray(cached["theta"]), {**json.loads(str(cached["info"])), "cached": True}
     theta, info = initial_parameters(net, u0, points, weight, key=key, fit=fit, log=log)
-    write_atomic(path, lambda f: eqx.tree_serialise_leaves(f, theta))
-    write_atomic(meta, lambda f: f.write(json.dumps({**info, **description}, indent=1).encode()))
+    store_arrays(path, {"theta": np.asarray(theta), "info": np.array(json.dumps(info))}, entry_key)
     return theta, {**info, "cached": False}

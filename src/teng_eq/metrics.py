@@ -7,6 +7,7 @@ the same and cancels in the ratios below.
 from __future__ import annotations
 
 import numpy as np
+from scipy.integrate import trapezoid
 
 
 def squared_norms(pred, ref, weights=1.0) -> tuple[float, float]:
@@ -33,4 +34,4 @@ def global_relative_l2(err_sq, ref_sq, times) -> float:
     err_sq, ref_sq, times = (np.asarray(v, np.float64) for v in (err_sq, ref_sq, times))
     if times.size == 1:
         return float(np.sqrt(err_sq[0] / ref_sq[0]))
-    return float(np.sqrt(np.trapezoid(err_sq, times) / np.trapezoid(ref_sq, times)))
+    return float(np.sqrt(trapezoid(err_sq, times) / trapezoid(ref_sq, times)))

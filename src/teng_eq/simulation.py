@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import equinox as eqx
 import jax
 import numpy as np
 
+from teng_eq.checkpoint import CheckpointStore, state_bytes, state_from_bytes
 from teng_eq.config import RunConfig
 from teng_eq.equations import Equation, Quadrature
 from teng_eq.initial_fit import cached_initial_parameters
@@ -66,6 +67,8 @@ class RunResult:
     losses: list[np.ndarray]  # one (rows, 4) table per method step
     snapshots: dict[int, tuple[np.ndarray, np.ndarray]]  # time index -> (û, reference) on the eval points
     sequential: bool
+    resumed_from: int = 0  # the step of the checkpoint the run started from (0: from the start)
+    checkpoint_s: float = 0.0  # time spent writing checkpoints (this attempt)
 
     @property
     def step_loss(self) -> np.ndarray:
@@ -161,6 +164,70 @@ def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None
     return Problem(equation, space, quadrature, holdout, theta, fit_info)
 
 
+class Diverged(FloatingPointError):
+    """A run stopped at ``step`` because a value was non-finite or its loss blew up;
+    ``last_good_step`` is the step before it. ``tags`` are logged on the failed run."""
+
+    def __init__(self, message: str, step: int, last_good_step: int):
+        super().__init__(message)
+        self.step, self.last_good_step = step, last_good_step
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"diverged_at_step": str(self.step), "last_good_step": str(self.last_good_step)}
+
+
+@dataclasses.dataclass
+class _Record:
+    """What the driver keeps of steps 1..n, as saved in a checkpoint."""
+
+    err_sq: np.ndarray  # (n_steps + 1,) squared error norm at each t_n (sequential methods)
+    ref_sq: np.ndarray  # (n_steps + 1,) squared reference norm
+    boundary: np.ndarray  # (n_steps + 1,) max |û| on a Dirichlet boundary; NaN without one
+    wall: np.ndarray  # (steps,) cumulative stepping time
+    scalars: dict[str, np.ndarray]  # per step, each (steps,)
+    tables: list[np.ndarray]  # one (rows, 4) loss table per step done
+    snapshot_states: dict[int, np.ndarray]  # time index -> state bytes (sequential methods)
+
+    @classmethod
+    def empty(cls, steps: int, n_times: int) -> _Record:
+        return cls(np.zeros(n_times), np.zeros(n_times), np.full(n_times, np.nan), np.zeros(steps), {}, [], {})
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        rows = np.array([len(t) for t in self.tables], dtype=np.int64)
+        out = {"err_sq": self.err_sq, "ref_sq": self.ref_sq, "boundary": self.boundary, "wall": self.wall,
+               "loss_rows": rows,
+               "losses": np.concatenate(self.tables) if self.tables else np.zeros((0, 4))}
+        out.update({f"scalar.{k}": v for k, v in self.scalars.items()})
+        out.update({f"snapshot.{n}": b for n, b in self.snapshot_states.items()})
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: Mapping[str, np.ndarray]) -> _Record:
+        splits = np.cumsum(a["loss_rows"])[:-1]
+        tables = list(np.split(a["losses"], splits)) if len(a["loss_rows"]) else []
+        return cls(
+            err_sq=a["err_sq"].copy(), ref_sq=a["ref_sq"].copy(),
+            boundary=a["boundary"].copy() if "boundary" in a else np.full(len(a["err_sq"]), np.nan),
+            wall=a["wall"].copy(),
+            scalars={k.removeprefix("scalar."): v.copy() for k, v in a.items() if k.startswith("scalar.")},
+            tables=tables,
+            snapshot_states={int(k.removeprefix("snapshot.")): v for k, v in a.items()
+                             if k.startswith("snapshot.")},
+        )
+
+    def metrics(self, n: int, sequential: bool) -> dict[str, float]:
+        """Step ``n``'s metrics as first reported (for a replay after a resume)."""
+        out = {k: float(v[n - 1]) for k, v in self.scalars.items()} if n > 0 else {}
+        if sequential:
+            out["rel_l2"] = float(np.sqrt(self.err_sq[n] / self.ref_sq[n]))
+            if np.isfinite(self.boundary[n]):
+                out["boundary_max_abs"] = float(self.boundary[n])
+        if n > 0:
+            out["wall_time_s"] = float(self.wall[n - 1])
+        return out
+
+
 def run_simulation(
     cfg: RunConfig,
     *,
@@ -168,12 +235,25 @@ def run_simulation(
     log: Callable[[str], None] | None = None,
     cache_dir=None,
     snapshot_steps: Sequence[int] = (),
+    checkpoints: CheckpointStore | None = None,
+    checkpoint_every: int | None = None,
+    divergence_factor: float = math.inf,
 ) -> RunResult:
     """Run ``cfg.method`` to ``t_final`` and measure the error at every time step.
 
     At each of ``snapshot_steps`` (time indices) the method's and the reference
     fields on the evaluation points are kept (``RunResult.snapshots``), for
     density plots.
+
+    With ``checkpoints``, the run is saved every ``checkpoint_every`` steps and at
+    the end (:mod:`teng_eq.checkpoint`), and starts from the store's checkpoint
+    if it holds one: steps up to it are not recomputed but replayed to
+    ``on_step`` (same records, same order), and the steps after it draw the
+    same random keys as an uninterrupted run, so the result is the same.
+
+    A non-finite metric, or a ``step_loss`` above ``divergence_factor`` times the
+    median of the steps before it, raises :class:`Diverged` (after saving the
+    last good step, with ``checkpoints``).
     """
     cls: type[Method] = cfg.method.cls
     problem = prepare(cfg, cache_dir=cache_dir, log=log, fit=cls.uses_theta0)
@@ -185,6 +265,7 @@ def run_simulation(
     reference = equation.reference(times, cache_dir=cache_dir)
     reference_s = time.perf_counter() - t0
 
+    # Step n draws fold_in(key_run, n): a resumed run draws the same keys.
     key_run = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 1)
     state = method.init(problem.theta0)
     evaluation = equation.evaluation(cfg.eval_grid)
@@ -199,10 +280,12 @@ def run_simulation(
         jax.jit(lambda s, t: method.values(s, boundary, t)).lower(state, 0.0).compile())
     compile_s = time.perf_counter() - t0
 
+    steps, sequential = method.steps, method.sequential
     snapshots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     wanted = set(snapshot_steps)
-    err_sq, ref_sq = np.zeros(cfg.n_steps + 1), np.zeros(cfg.n_steps + 1)
-    eval_s = 0.0
+    record = _Record.empty(steps, cfg.n_steps + 1)
+    eval_s = stepping = 0.0
+    done = 0
 
     def measure(n: int, state) -> dict[str, float]:
         nonlocal eval_s
@@ -211,52 +294,94 @@ def run_simulation(
         ref = reference.values(n, cfg.eval_grid)
         if n in wanted:
             snapshots[n] = (u, ref)
-        err_sq[n], ref_sq[n] = squared_norms(u, ref, evaluation.weights)
-        out = {"rel_l2": float(np.sqrt(err_sq[n] / ref_sq[n]))}
+            if sequential and checkpoints is not None:
+                record.snapshot_states[n] = state_bytes(state)
+        record.err_sq[n], record.ref_sq[n] = squared_norms(u, ref, evaluation.weights)
         if on_boundary is not None:
-            out["boundary_max_abs"] = float(np.max(np.abs(np.asarray(on_boundary(state, times[n])))))
+            record.boundary[n] = float(np.max(np.abs(np.asarray(on_boundary(state, times[n])))))
         eval_s += time.perf_counter() - start
-        return out
+        return float(np.sqrt(record.err_sq[n] / record.ref_sq[n]))
 
-    steps = method.steps
-    scalars: dict[str, np.ndarray] = {}
-    wall, tables = np.zeros(steps), []
-    if method.sequential:
-        first = measure(0, state)
-        if on_step is not None:
-            on_step(StepRecord(step=0, of=steps, t=0.0, metrics=first, losses=np.zeros((0, 4))))
-    stepping = 0.0
-    for n in range(1, steps + 1):
+    def save(n: int, state) -> None:
+        checkpoints.save(n, state, record.arrays(), {"stepping": stepping, "eval_s": eval_s})
+
+    resumed = checkpoints.load(state) if checkpoints is not None else None
+    if resumed is not None:
+        state, done, record = resumed.state, resumed.step, _Record.from_arrays(resumed.record)
+        stepping, eval_s = resumed.info["stepping"], resumed.info["eval_s"]
+        for n, data in record.snapshot_states.items():  # the fields, from the states kept
+            snapshots[n] = (np.asarray(evaluate(state_from_bytes(data, state), times[n])),
+                            reference.values(n, cfg.eval_grid))
+        if log is not None:
+            log(f"resuming from the checkpoint after step {done} of {steps}")
+    elif sequential:
+        measure(0, state)
+    if on_step is not None:  # the start, and on a resume the steps already done
+        for n in range(0 if sequential else 1, done + 1):
+            on_step(StepRecord(step=n, of=steps, t=float(times[n]) if sequential else None,
+                               metrics=record.metrics(n, sequential),
+                               losses=record.tables[n - 1] if n else np.zeros((0, 4))))
+    saved = done if resumed is not None else -1
+    for n in range(done + 1, steps + 1):
+        previous = state
         start = time.perf_counter()
         state, info = step_fn(state, jax.random.fold_in(key_run, n))
         jax.block_until_ready(state)
-        stepping += time.perf_counter() - start
-        wall[n - 1] = stepping
+        elapsed = time.perf_counter() - start
         info = jax.device_get(info)
         table = stage_rows(info)
-        tables.append(table)
         metrics = {k: float(v) for k, v in info.scalars.items()}
-        for k, v in metrics.items():
-            scalars.setdefault(k, np.full(steps, np.nan))[n - 1] = v
-        where = f"step {n} (t={times[n]:.6g})" if method.sequential else f"block {n}"
-        if method.sequential:
-            metrics.update(measure(n, state))
-        if not all(np.isfinite(v) for v in metrics.values()):
-            bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
-            raise FloatingPointError(f"{cfg.method.name} diverged at {where}: non-finite {', '.join(bad)}")
-        metrics["wall_time_s"] = float(wall[n - 1])
+        where = f"step {n} (t={times[n]:.6g})" if sequential else f"block {n}"
+        if sequential:
+            metrics["rel_l2"] = measure(n, state)
+            if on_boundary is not None:
+                metrics["boundary_max_abs"] = float(record.boundary[n])
+        why = _divergence(metrics, record.scalars.get("step_loss"), n, divergence_factor)
+        if why is not None:
+            if checkpoints is not None and saved != n - 1:
+                save(n - 1, previous)
+            raise Diverged(f"{cfg.method.name} diverged at {where}: {why}", n, n - 1)
+        stepping += elapsed
+        record.wall[n - 1] = stepping
+        record.tables.append(table)
+        for k, v in info.scalars.items():
+            record.scalars.setdefault(k, np.full(steps, np.nan))[n - 1] = float(v)
+        metrics["wall_time_s"] = stepping
         if on_step is not None:
-            on_step(StepRecord(step=n, of=steps, t=float(times[n]) if method.sequential else None,
+            on_step(StepRecord(step=n, of=steps, t=float(times[n]) if sequential else None,
                                metrics=metrics, losses=table))
-    if not method.sequential:
+        if checkpoints is not None and checkpoint_every and n % checkpoint_every == 0 and n < steps:
+            save(n, state)
+            saved = n
+    if checkpoints is not None and saved != steps:
+        save(steps, state)
+    if not sequential:
         for n in range(cfg.n_steps + 1):
             measure(n, state)
 
+    err_sq, ref_sq, scalars = record.err_sq, record.ref_sq, record.scalars
     return RunResult(
-        times=times, rel_l2=np.sqrt(err_sq / ref_sq), scalars=scalars, wall_time_s=wall,
+        times=times, rel_l2=np.sqrt(err_sq / ref_sq), scalars=scalars, wall_time_s=record.wall,
         global_rel_l2=global_relative_l2(err_sq, ref_sq, times), runtime_s=stepping, eval_s=eval_s,
         compile_s=compile_s, fit_info=problem.fit_info, reference_s=reference_s,
         events={k: int(np.nansum(scalars[k])) for k in cls.events if k in scalars},
-        network=method.network(state), losses=tables, snapshots=snapshots,
-        sequential=method.sequential,
+        network=method.network(state), losses=record.tables, snapshots=snapshots,
+        sequential=sequential, resumed_from=done,
+        checkpoint_s=checkpoints.seconds if checkpoints is not None else 0.0,
     )
+
+
+def _divergence(metrics: Mapping[str, float], losses: np.ndarray | None, n: int, factor: float) -> str | None:
+    """Why step ``n`` with ``metrics`` counts as diverged (``losses``: the step losses
+    so far, by step), or None."""
+    bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
+    if bad:
+        return f"non-finite {', '.join(bad)}"
+    loss = metrics.get("step_loss")
+    if loss is None or losses is None or n < 2:
+        return None
+    median = float(np.median(losses[: n - 1]))
+    if median > 0 and loss > factor * median:
+        return (f"step_loss {loss:.3e} is {loss / median:.3g} times the median of the steps before it "
+                f"(divergence_factor={factor:g})")
+    return None

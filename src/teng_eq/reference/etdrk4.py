@@ -27,7 +27,7 @@ import numpy as np
 import scipy.fft as sfft
 
 from teng_eq.cache import cache_dir as cache_dir_of
-from teng_eq.cache import digest, write_atomic
+from teng_eq.cache import digest, load_arrays, store_arrays
 from teng_eq.reference.fourier import _WORKERS, FourierSolution, initial_spectrum, wavenumbers
 
 #: Bumped whenever the numerics or the file layout change, so stale cache files are never read.
@@ -343,8 +343,9 @@ class Pseudospectral:
     def solution(self, equation, times, *, cache_dir=None, n=None, dt: float | None = None) -> ETDRK4Solution:
         """:meth:`solve`, cached as ``<cache_dir>/reference-<sha256>.npz`` (the checkpoints
         only), keyed by the equation (class, name, ν, lengths, initial condition), the
-        resolution, the exact bytes of ``times`` and :data:`CACHE_VERSION`; written to a
-        temporary file and renamed, so concurrent writers never leave a partial file.
+        resolution, the exact bytes of ``times`` and :data:`CACHE_VERSION`; a
+        self-checking entry (:func:`teng_eq.cache.store_arrays`): a damaged or stale
+        file is recomputed, and concurrent writers never leave a partial one.
         ``cache_dir=None`` → :func:`teng_eq.cache.cache_dir`; ``False`` → no cache."""
         # Resolved before hashing, so that explicit defaults and None share one cache file.
         times, shape, dt = self._resolve(equation, times, n, dt)
@@ -365,13 +366,13 @@ class Pseudospectral:
             times.astype("<f8").tobytes(),
         )
         path = cache_dir_of(cache_dir) / f"reference-{key}.npz"
-        if path.exists():
-            with np.load(path) as data:
-                return ETDRK4Solution(equation, times, shape, dt, self.degree, int(data["stride"]),
-                                      data["checkpoints"])
+        cached = load_arrays(path, {"reference": key})  # self-checking: None when missing, damaged or stale
+        if cached is not None:
+            return ETDRK4Solution(equation, times, shape, dt, self.degree, int(cached["stride"]),
+                                  cached["checkpoints"])
         solution = solve(equation, times, shape, dt, self.degree, self.memory)
-        write_atomic(path, lambda fh: np.savez(fh, times=times, stride=solution.stride,
-                                               checkpoints=solution.checkpoints))
+        store_arrays(path, {"times": times, "stride": np.asarray(solution.stride),
+                            "checkpoints": solution.checkpoints}, {"reference": key})
         return solution
 
 

@@ -1,0 +1,205 @@
+"""The MLflow store: where it is, whether it answers, experiments, and which
+RUNNING runs are still alive.
+
+A run records the process that writes it (tags ``host``, ``pid``, ``pid_start``)
+and refreshes a ``heartbeat`` tag (Unix time) while it is open. A RUNNING run
+is *stale* when that process is gone: on the same host, its pid is not alive
+with the same start time (so a recycled pid does not count); on another host,
+its heartbeat is older than :data:`STALE_AFTER_S`. :func:`reap_stale` ends such
+runs KILLED, so that no run stays RUNNING after its process died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+#: Seconds between heartbeats of an open run.
+HEARTBEAT_S = 30.0
+#: A run on another host whose heartbeat is older than this is stale.
+STALE_AFTER_S = 10 * HEARTBEAT_S
+
+#: URI schemes MLflow's tracking client accepts for a store.
+_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file")
+
+
+def default_tracking_uri(root: Path) -> str:
+    """``sqlite:///<root>/mlflow.db``: what a plain ``mlflow ui`` in ``root`` opens."""
+    return f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
+
+
+def artifact_root_for(tracking_uri: str, root: Path) -> Path | None:
+    """``<root>/mlruns`` for a local store; ``None`` (the server's own artifact
+    store) for a remote ``http(s)://`` one."""
+    return None if tracking_uri.startswith(("http://", "https://")) else Path(root) / "mlruns"
+
+
+def check_store(tracking_uri: str) -> None:
+    """Fail fast, before any compute, on a store that is malformed or cannot be
+    reached: an unknown scheme, a ``sqlite:///`` file whose folder is missing or
+    read-only, or a server that does not answer. ``ValueError`` naming ``tracking_uri``."""
+    if not isinstance(tracking_uri, str) or not tracking_uri.strip():
+        raise ValueError(f"tracking_uri={tracking_uri!r}: must be a non-empty URI")
+    scheme = urllib.parse.urlsplit(tracking_uri).scheme.split("+")[0]
+    if scheme not in _SCHEMES:
+        raise ValueError(f"tracking_uri={tracking_uri}: not a store URI (scheme {scheme or 'missing'!r}; "
+                         f"known: {', '.join(_SCHEMES)})")
+    if scheme == "sqlite":
+        if not tracking_uri.startswith("sqlite:///") or tracking_uri == "sqlite:///":
+            raise ValueError(f"tracking_uri={tracking_uri}: a SQLite store is sqlite:///<path to a file>")
+        path = Path(tracking_uri.removeprefix("sqlite:///"))
+        folder = path.parent
+        if not folder.is_dir():
+            raise ValueError(f"tracking_uri={tracking_uri}: folder {folder} does not exist")
+        if path.exists() and not path.is_file():
+            raise ValueError(f"tracking_uri={tracking_uri}: {path} is not a file")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"tracking_uri={tracking_uri}: folder {folder} is not writable")
+    elif scheme in ("http", "https"):
+        if not urllib.parse.urlsplit(tracking_uri).hostname:
+            raise ValueError(f"tracking_uri={tracking_uri}: no host")
+        try:
+            with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=10):
+                pass
+        except (OSError, ValueError) as err:
+            raise ValueError(f"tracking_uri={tracking_uri}: no MLflow server answers ({err})") from None
+
+
+def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None) -> str:
+    """The id of experiment ``name``, created (artifacts under ``artifact_root``) if new."""
+    import mlflow
+
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = None if artifact_root is None else (Path(artifact_root).resolve() / name).as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except mlflow.exceptions.MlflowException:
+        # Another process created it between our lookup and create.
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def all_experiment_ids(client: MlflowClient) -> list[str]:
+    return [e.experiment_id for e in client.search_experiments()]
+
+
+def search(client: MlflowClient, experiment_ids: list[str], filter_string: str, max_results: int = 50000,
+           **kw) -> list:
+    """``client.search_runs`` over ``experiment_ids`` (none: no runs)."""
+    if not experiment_ids:
+        return []
+    return client.search_runs(experiment_ids, filter_string, max_results=max_results, **kw)
+
+
+def flatten(mapping: Mapping, prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}} -> {"a.b": "1"}``: a nested config as MLflow params."""
+    out: dict[str, str] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return out
+
+
+def git_state(root: Path) -> tuple[str, bool]:
+    """``(commit, dirty)`` of the checkout at ``root``; ``("unknown", False)`` outside git."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+    try:
+        return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+
+
+def device_description() -> str:
+    """The accelerator jax computes on, e.g. ``gpu: NVIDIA H100 80GB HBM3`` or ``cpu: x86_64 (2 cores)``."""
+    import jax
+
+    dev = jax.devices()[0]
+    if dev.platform == "cpu":
+        return f"cpu: {_cpu_model()} ({os.cpu_count()} cores)"
+    return f"{dev.platform}: {dev.device_kind}"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+# --- Liveness ----------------------------------------------------------------
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks after boot, Linux), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def process_tags() -> dict[str, str]:
+    """Tags naming this process: ``host``, ``pid``, ``pid_start``, and a fresh ``heartbeat``."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": str(pid), "pid_start": _start_time(pid) or "",
+            "heartbeat": f"{time.time():.0f}"}
+
+
+def is_stale(tags: Mapping[str, str], now: float | None = None) -> bool:
+    """Whether the process that wrote a RUNNING run with ``tags`` is gone (see
+    the module's docstring). A run without a heartbeat was opened by code that
+    never wrote one, and is not being written now: stale."""
+    now = time.time() if now is None else now
+    if tags.get("host") == socket.gethostname() and tags.get("pid", "").isdigit():
+        pid = int(tags["pid"])
+        started = _start_time(pid)
+        if started is None:
+            if Path("/proc/self/stat").exists():
+                return True  # Linux: no such process
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                return False
+            return False
+        return bool(tags.get("pid_start")) and started != tags["pid_start"]
+    try:
+        return now - float(tags["heartbeat"]) > STALE_AFTER_S
+    except (KeyError, ValueError):
+        return True
+
+
+def reap_stale(client: MlflowClient, experiment_ids: Iterable[str], keep: Iterable[str] = ()) -> list[str]:
+    """End every stale RUNNING run in ``experiment_ids`` (except ids in ``keep``)
+    KILLED, with the reason in ``killed_reason``; their ids."""
+    keep, reaped = set(keep), []
+    for run in search(client, list(experiment_ids), "attributes.status = 'RUNNING'"):
+        if run.info.run_id in keep or not is_stale(run.data.tags):
+            continue
+        t = run.data.tags
+        client.set_tag(run.info.run_id, "killed_reason",
+                       f"its process (pid {t.get('pid', '?')} on {t.get('host', '?')}) is gone; "
+                       f"last heartbeat {t.get('heartbeat', 'never')}")
+        client.set_terminated(run.info.run_id, status="KILLED")
+        reaped.append(run.info.run_id)
+    return reaped

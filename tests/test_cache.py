@@ -1,0 +1,131 @@
+"""Self-checking cache entries: a damaged, truncated or stale file is detected
+and rebuilt, at the helpers and at their two call sites (references, θ₀), and
+concurrent writers never expose half a file."""
+
+import threading
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from teng_eq import initial_fit
+from teng_eq import reference as ref
+from teng_eq.cache import check_arrays, load_arrays, store_arrays
+from conftest import make_config
+
+KEY = {"what": "test", "n": 3, "lengths": [1.0, 2.0]}
+
+
+def _flip_byte(path, where=0.5):
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * where)] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path, keep=0.6):
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def test_entry_round_trip_and_every_kind_of_damage(tmp_path):
+    path = tmp_path / "e.npz"
+    arrays = {"a": np.linspace(0, 1, 1000), "b": np.arange(6, dtype=np.int32).reshape(2, 3),
+              "s": np.array("x")}
+    store_arrays(path, arrays, KEY)
+    got, why = check_arrays(path, KEY)
+    assert why is None and got.keys() == arrays.keys()
+    for k, a in arrays.items():
+        assert got[k].dtype == a.dtype and np.array_equal(got[k], a)
+    assert check_arrays(tmp_path / "none.npz", KEY) == (None, "missing")
+    assert check_arrays(path, {**KEY, "n": 4})[1].startswith("stale")
+
+    _flip_byte(path)  # zip's CRC or the digest catches it
+    assert check_arrays(path, KEY)[1].startswith("corrupt")
+
+    store_arrays(path, arrays, KEY)
+    _truncate(path)
+    assert check_arrays(path, KEY)[1].startswith("unreadable")
+
+    # A well-formed file whose content changed under an old digest (e.g. an
+    # array rewritten by hand): only the digest tells.
+    store_arrays(path, arrays, KEY)
+    with np.load(path) as data:
+        members = {k: data[k] for k in data.files}
+    members["a"] = members["a"] + 1e-12
+    with open(path, "wb") as f:
+        np.savez(f, **members)
+    assert check_arrays(path, KEY)[1] == "corrupt (content digest mismatch)"
+
+    # Entries written before digests existed are stale.
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    assert check_arrays(path, KEY)[1].startswith("stale")
+
+
+def test_concurrent_writers_never_expose_half_a_file(tmp_path):
+    path = tmp_path / "e.npz"
+    store_arrays(path, {"v": np.zeros(200_000)}, KEY)
+    problems, stop = [], threading.Event()
+
+    def write(i):
+        for j in range(8):
+            store_arrays(path, {"v": np.full(200_000, float(10 * i + j))}, KEY)
+
+    def read():
+        while not stop.is_set():
+            got, why = check_arrays(path, KEY)
+            if why is not None or np.ptp(got["v"]) != 0:
+                problems.append(why)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    writers = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    stop.set()
+    reader.join()
+    assert problems == []
+    assert not list(tmp_path.glob(".e.npz.*"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("damage", [_flip_byte, _truncate], ids=["corrupted", "truncated"])
+def test_damaged_reference_is_rebuilt(tmp_path, damage, caplog):
+    eq = make_config("equation=allen_cahn", "equation.initial_condition=sines2d").equation
+    times = np.array([0.0, 0.1, 0.2])
+    first = ref.reference_solution(eq, times, cache_dir=tmp_path, n=16, dt=0.05)
+    (path,) = tmp_path.glob("reference-*.npz")
+    damage(path)
+    again = ref.reference_solution(eq, times, cache_dir=tmp_path, n=16, dt=0.05)
+    assert f"cache entry {path} is" in caplog.text
+    for k in range(3):
+        np.testing.assert_array_equal(again.spectrum(k), first.spectrum(k))
+    # rewritten, sound
+    assert load_arrays(path, {"reference": path.stem.removeprefix("reference-")}) is not None
+
+
+@pytest.mark.parametrize("damage", [_flip_byte, _truncate], ids=["corrupted", "truncated"])
+def test_damaged_theta0_is_refitted(tmp_path, monkeypatch, damage, caplog):
+    fits = []
+
+    def fit(net, u0, points, weight, *, key, fit, log=None):  # stands for the minutes-long fit
+        fits.append(1)
+        return jnp.arange(5.0) * len(fits), {"stage1_loss": 1e-8, "stage2_loss": 1e-14,
+                                             "stage1_s": 1.0, "stage2_s": 2.0}
+
+    monkeypatch.setattr(initial_fit, "initial_parameters", fit)
+    description = {"initial_condition": "sines2d", "grid": 32, "seed": 0}
+    call = {"net": None, "u0": None, "points": None, "weight": 1.0, "key": None, "fit": None,
+            "description": description, "directory": tmp_path}
+    theta, info = initial_fit.cached_initial_parameters(**call)
+    assert info["cached"] is False and len(fits) == 1
+    theta, info = initial_fit.cached_initial_parameters(**call)
+    assert info["cached"] is True and len(fits) == 1 and info["stage2_loss"] == 1e-14
+    np.testing.assert_array_equal(theta, np.arange(5.0))
+    (path,) = (tmp_path / "theta0").glob("*.npz")
+    damage(path)
+    theta, info = initial_fit.cached_initial_parameters(**call)
+    assert info["cached"] is False and len(fits) == 2 and f"cache entry {path} is" in caplog.text
+    np.testing.assert_array_equal(theta, 2 * np.arange(5.0))
+    assert initial_fit.cached_initial_parameters(**call)[1]["cached"] is True

@@ -1,0 +1,112 @@
+"""Checkpoints in the driver: a run stopped anywhere and resumed from its last
+checkpoint is the uninterrupted run, bit for bit, for any method state; a
+diverging run stops with the step that broke it and keeps the last good one."""
+
+import numpy as np
+import pytest
+from conftest import make_config
+
+from teng_eq.checkpoint import CheckpointStore
+from teng_eq.simulation import Diverged, run_simulation
+
+TOY = ["method.impl=fake_methods:Toy", "~method.integrator", "+method.growth=1.5", "+method.nan_at=0",
+       "dt=0.02", "t_final=0.2", "grid=16", "eval_grid=32", "equation.initial_condition=sines2d"]
+
+
+def toy(*overrides):
+    return make_config(*TOY, *overrides)
+
+
+class Stop(Exception):
+    """Stands for a kill after a step was reported."""
+
+
+def _records(cfg, store=None, stop_after=None, **kw):
+    seen = []
+
+    def on_step(rec):
+        seen.append((rec.step, dict(rec.metrics), rec.losses.copy()))
+        if stop_after is not None and rec.step == stop_after:
+            raise Stop
+
+    try:
+        result = run_simulation(cfg, on_step=on_step, checkpoints=store, snapshot_steps=(0, 4, 10), **kw)
+    except Stop:
+        result = None
+    return result, seen
+
+
+def _same(a, b):
+    """The two runs' results agree exactly, timings aside."""
+    np.testing.assert_array_equal(a.rel_l2, b.rel_l2)
+    assert a.global_rel_l2 == b.global_rel_l2
+    assert a.scalars.keys() == b.scalars.keys()
+    for k in a.scalars:
+        np.testing.assert_array_equal(a.scalars[k], b.scalars[k])
+    for x, y in zip(a.losses, b.losses, strict=True):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(a.network, b.network)
+    assert a.snapshots.keys() == b.snapshots.keys()
+    for n in a.snapshots:
+        np.testing.assert_array_equal(a.snapshots[n][0], b.snapshots[n][0])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    return _records(toy())
+
+
+@pytest.mark.parametrize("stop_after", [3, 5, 10])
+def test_resumed_run_is_the_uninterrupted_run(tmp_path, uninterrupted, stop_after):
+    whole, whole_seen = uninterrupted
+    store = CheckpointStore(tmp_path / "c.npz", {"run": "r"})
+    _, first = _records(toy(), store, stop_after=stop_after, checkpoint_every=4)
+    assert [s for s, *_ in first] == list(range(stop_after + 1))
+    saved = (stop_after - 1) // 4 * 4  # a step is reported, then checkpointed
+    resumed, second = _records(toy(), store, checkpoint_every=4)
+    assert resumed.resumed_from == saved
+    _same(resumed, whole)
+    # The resumed run reports every step once more, in order, with the same
+    # values (steps up to the checkpoint replayed from it, the rest recomputed),
+    # wall time aside for the recomputed ones.
+    assert [s for s, *_ in second] == [s for s, *_ in whole_seen] == list(range(11))
+    for (n, m, losses), (_, m0, losses0) in zip(second, whole_seen):
+        assert {k: v for k, v in m.items() if k != "wall_time_s"} == \
+               {k: v for k, v in m0.items() if k != "wall_time_s"}, n
+        np.testing.assert_array_equal(losses, losses0)
+    assert np.all(np.diff(resumed.wall_time_s) > 0)
+
+
+def test_damaged_or_foreign_checkpoint_starts_afresh(tmp_path, uninterrupted, caplog):
+    whole, _ = uninterrupted
+    store = CheckpointStore(tmp_path / "c.npz", {"run": "r"})
+    _records(toy(), store, stop_after=6, checkpoint_every=4)
+    data = bytearray(store.path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    store.path.write_bytes(bytes(data))
+    result, _ = _records(toy(), store, checkpoint_every=4)
+    assert result.resumed_from == 0 and "corrupt" in caplog.text
+    _same(result, whole)
+    other = CheckpointStore(store.path, {"run": "another"})  # the file holds run "r"'s final state
+    assert other.load(None) is None and "stale" in caplog.text
+
+
+def test_blow_up_stops_at_the_step_and_keeps_the_last_good_one(tmp_path):
+    # The loss grows by growth² = 100 per step: step n's loss is 100^(n/2)
+    # times the median of the steps before it, above 1e3 first at n = 4.
+    cfg = toy("method.growth=10")
+    store = CheckpointStore(tmp_path / "c.npz", {"run": "r"})
+    with pytest.raises(Diverged, match=r"diverged at step 4 .*step_loss .* times the median") as err:
+        _records(cfg, store, checkpoint_every=100, divergence_factor=1e3)
+    assert (err.value.step, err.value.last_good_step) == (4, 3)
+    assert err.value.tags == {"diverged_at_step": "4", "last_good_step": "3"}
+    # Resumed with a looser factor it goes on from step 3, as if never stopped.
+    resumed, _ = _records(cfg, store, checkpoint_every=100, divergence_factor=1e12)
+    assert resumed.resumed_from == 3
+    _same(resumed, _records(cfg, divergence_factor=1e12)[0])
+
+
+def test_nan_is_divergence(tmp_path):
+    with pytest.raises(Diverged, match=r"diverged at step 7 .*non-finite") as err:
+        _records(toy("method.nan_at=7"))
+    assert err.value.last_good_step == 6
