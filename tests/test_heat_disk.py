@@ -127,7 +127,7 @@ def test_cartesian_network_factored_jacobian_equals_autodiff():
 def test_stepper_with_point_weights_is_the_weighted_least_squares():
     """Weight 2 on a point is that point twice: one weighted iteration equals one on the
     duplicated points (same subset), loss and step."""
-    net = TENGNet(dim=2, periodic=False, key=jax.random.PRNGKey(0))
+    net = TENGNet(dim=2, features=4, width=12, depth=4, periodic=False, key=jax.random.PRNGKey(0))
     space = ParamSpace(net)
     theta = space.flatten(net)
     rng = np.random.default_rng(0)
@@ -137,12 +137,12 @@ def test_stepper_with_point_weights_is_the_weighted_least_squares():
     weighted = Stepper(space, pts, jnp.asarray(w), solver="qr", damping=0.0)
     doubled = Stepper(space, np.concatenate([pts, pts[:100]]), 0.01, solver="qr", damping=0.0)
     key = jax.random.PRNGKey(5)
-    th_w, loss_w, _ = weighted.iteration(theta, target, key, 64)
-    th_d, loss_d, _ = doubled.iteration(theta, jnp.concatenate([target, target[:100]]), key, 64)
+    th_w, loss_w, _ = weighted.iteration(theta, target, key, 48)
+    th_d, loss_d, _ = doubled.iteration(theta, jnp.concatenate([target, target[:100]]), key, 48)
     assert float(loss_w) == pytest.approx(float(loss_d), rel=1e-12)
     np.testing.assert_allclose(th_w - theta, th_d - theta, rtol=0, atol=1e-8 * float(jnp.abs(th_d - theta).max()))
     # …and the weights matter: the same points with one weight take another step.
-    th_u, _, _ = Stepper(space, pts, 0.01, solver="qr", damping=0.0).iteration(theta, target, key, 64)
+    th_u, _, _ = Stepper(space, pts, 0.01, solver="qr", damping=0.0).iteration(theta, target, key, 48)
     assert float(jnp.abs(th_u - th_w).max()) > 1e-3 * float(jnp.abs(th_w - theta).max())
 
 
@@ -204,11 +204,6 @@ def test_disk_save_npz_and_script(tmp_path, disk):
     assert proc.returncode == 0, proc.stderr
     with np.load(tmp_path / "ref.npz") as data:
         np.testing.assert_allclose(data["u"][0], disk.reference([0.5]).values(0, 16), rtol=0, atol=1e-15)
-    bad = subprocess.run([sys.executable, str(ROOT / "pipeline" / "reference.py"), "equation=heat_disk",
-                          "equation.boundary_weight=-1", "cache_dir=false"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
-    assert bad.returncode != 0
-    assert "equation.boundary_weight=-1" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_density_plot_on_the_disk(tmp_path, disk):

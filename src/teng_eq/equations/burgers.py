@@ -13,6 +13,7 @@ from teng_eq.reference.etdrk4 import Pseudospectral
 #: Measurements: :class:`Burgers`.
 RESOLUTION: tuple[tuple[float, tuple[tuple[float, int, float], ...]], ...] = (
     (0.01, ((1.0, 192, 2e-3), (math.inf, 384, 2e-3))),
+    (0.003, ((1.0, 256, 2e-3), (math.inf, 1024, 2e-3))),
 )
 
 
