@@ -3,10 +3,13 @@
     python pipeline/bench.py                 # the table, ≤ 10 min on 2 cores
     python pipeline/bench.py --paper         # also a paper-size step (512², 1536/1024)
     python pipeline/bench.py --mlflow        # also log the tables as an MLflow run
+    python pipeline/bench.py -- stopping=fixed damping=1e-6   # conf/ overrides
 
-Every time is a median over repeats after a JIT warm-up call. The network and
-θ₀ are the default config's (θ₀ fitted on 64², from the cache; the network is
-the same function on any grid). See docs/performance.md for the results.
+The configuration is conf/config.yaml composed by Hydra (with the overrides
+given after ``--``), exactly as pipeline/sweep.py composes it. Every time is a
+median over repeats after a JIT warm-up call. The network and θ₀ are that
+config's (θ₀ fitted on its grid, from the cache; the network is the same
+function on any grid). See docs/performance.md for the results.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
 import csv
+import dataclasses
 import platform
 import statistics
 import sys
@@ -27,6 +31,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from teng_eq.benchmark import (
     compare_with_naive,
@@ -36,24 +42,13 @@ from teng_eq.benchmark import (
     time_iterations,
 )
 from teng_eq.config import RunConfig
-from teng_eq.grid import cell_volume, grid_points
-from teng_eq.integrators import INTEGRATORS, TENGStep
+from teng_eq.integrators import TENGStep
+from teng_eq.methods import TENG
 from teng_eq.simulation import prepare
-from teng_eq.stepper import Stepper
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Heat's paper horizon T = 4 at Δt = 0.005.
 PAPER_STEPS = 800
-
-
-def default_config() -> RunConfig:
-    """``conf/config.yaml`` as the pipeline composes it: the one source of defaults."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config")
-    return RunConfig.from_mapping(OmegaConf.to_container(cfg, resolve=True))
 
 
 def machine() -> dict[str, str]:
@@ -75,12 +70,20 @@ def machine() -> dict[str, str]:
     }
 
 
-def make_step(problem, cfg: RunConfig, grid: int, solver: str, first: int, rest: int) -> TENGStep:
+def compose_config(overrides: list[str]) -> RunConfig:
+    """conf/config.yaml with ``overrides``, composed by Hydra as pipeline/sweep.py does."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    return RunConfig.from_mapping(OmegaConf.to_container(cfg, resolve=True))
+
+
+def step_at(problem, cfg: RunConfig, grid: int, solver: str, first: int, rest: int) -> TENGStep:
+    """``cfg``'s TENG step on a ``grid``² grid with another solver and subsample sizes."""
+    cfg = dataclasses.replace(cfg, grid=grid, solver=solver, subsample_first=first, subsample=rest)
     eq = problem.equation
-    stepper = Stepper(problem.space, grid_points(grid, eq.lengths), cell_volume(grid, eq.lengths),
-                      solver, cfg.damping)
-    return TENGStep(integrator=INTEGRATORS[cfg.method.options.integrator], stepper=stepper, equation=eq, dt=cfg.dt,
-                    iters=cfg.iters, iters_later=cfg.iters_later, subsample_first=first, subsample=rest)
+    problem = dataclasses.replace(problem, quadrature=eq.quadrature(grid),
+                                  holdout=eq.holdout(grid, cfg.holdout.grid))
+    return TENG.build(cfg, problem).step_fn
 
 
 COLUMNS = ["grid", "N", "n", "solver", "operator_ms", "jacobian_ms", "solve_ms", "update_ms",
@@ -122,19 +125,20 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-table", action="store_true", help="only the step comparison (and --paper)")
     ap.add_argument("--mlflow", action="store_true", help="log the tables as an MLflow run")
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("overrides", nargs="*", help="conf/ overrides, e.g. stopping=fixed (after --)")
     args = ap.parse_args(argv)
 
     start = time.perf_counter()
     info = machine()
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
-    cfg = default_config()
+    cfg = compose_config(args.overrides)
     problem = prepare(cfg, cache_dir=args.cache_dir, log=lambda m: print(m, flush=True))
     theta, key = problem.theta0, jax.random.PRNGKey(0)
 
     # Whole steps: the default config against the naive yardstick.
     print(f"\n## Whole TENG-{cfg.method.options.integrator} step ({cfg.iters}+{cfg.iters_later} iterations), "
           f"grid {cfg.grid}², subsample {cfg.subsample_first}/{cfg.subsample}, {cfg.solver} vs naive")
-    step = make_step(problem, cfg, cfg.grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+    step = step_at(problem, cfg, cfg.grid, cfg.solver, cfg.subsample_first, cfg.subsample)
     cmp = compare_with_naive(step, theta, key, rounds=args.naive_rounds)
     d, n = statistics.median(cmp.default_s), statistics.median(cmp.naive_s)
     step_rows = [{"variant": "default", "grid": f"{cfg.grid}²", "step_s": d, "final_loss": cmp.default_loss},
@@ -150,7 +154,7 @@ def main(argv=None) -> int:
         print("\n## One iteration, part by part (ms, medians); operator = L[û] + target, once per stage")
         header_printed = False
         for grid in args.grids:
-            step = make_step(problem, cfg, grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+            step = step_at(problem, cfg, grid, cfg.solver, cfg.subsample_first, cfg.subsample)
             for n_sub in args.subsamples:
                 N = grid * grid
                 solvers = tuple(s for s in args.solvers
@@ -175,29 +179,29 @@ def main(argv=None) -> int:
         for grid in args.grids:
             if grid == cfg.grid:
                 continue
-            step = make_step(problem, cfg, grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+            step = step_at(problem, cfg, grid, cfg.solver, cfg.subsample_first, cfg.subsample)
             fn = compiled_step(step, theta, key)
             t = median_seconds(fn, theta, key, repeats=3)
             step_rows.append({"variant": "default", "grid": f"{grid}²", "step_s": t,
-                              "final_loss": float(fn(theta, key)[1][-1].loss[-1])})
+                              "final_loss": float(fn(theta, key)[1].loss)})
             print(f"whole default step at {grid}²: {t:.3f} s", flush=True)
 
     if args.paper:
         print("\n## Paper-size step: grid 512², subsample 1536/1024, "
               f"TENG-{cfg.method.options.integrator} {cfg.iters}+{cfg.iters_later}, {cfg.solver}")
-        step = make_step(problem, cfg, 512, cfg.solver, 1536, 1024)
+        step = step_at(problem, cfg, 512, cfg.solver, 1536, 1024)
         t0 = time.perf_counter()
         fn = compiled_step(step, theta, key)
         compile_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        _, logs = jax.block_until_ready(fn(theta, key))
+        _, log = jax.block_until_ready(fn(theta, key))
         step_s = time.perf_counter() - t0
         timings = time_iterations(step, theta, key, 1024, (cfg.solver,), repeats=1)[0]
         print_table([row(512, timings)], COLUMNS)
-        print(f"one step: {step_s:.1f} s (compile {compile_s:.1f} s), final loss {float(logs[-1].loss[-1]):.2e}; "
+        print(f"one step: {step_s:.1f} s (compile {compile_s:.1f} s), final loss {float(log.loss):.2e}; "
               f"projected {PAPER_STEPS} steps (heat, T=4, Δt=0.005): {PAPER_STEPS * step_s / 3600:.1f} h")
         step_rows.append({"variant": "default", "grid": "512²", "step_s": step_s,
-                          "final_loss": float(logs[-1].loss[-1])})
+                          "final_loss": float(log.loss)})
         rows.append(row(512, timings))
 
     total = time.perf_counter() - start

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from teng_eq.cache import digest
 from teng_eq.checkpoint import CheckpointStore
 from teng_eq.config import BOOKKEEPING, ConfigError, RunConfig, check_group_choices, validate_job
-from teng_eq.simulation import Diverged, run_simulation, save_network
+from teng_eq.simulation import Overfit, RunFailed, run_simulation, save_network
 from teng_eq.tracking import (
     PARENT_RUN_ENV,
     RunInProgress,
@@ -116,7 +116,7 @@ def main(cfg: DictConfig) -> float:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         return run_job(cfg, resolved, job, multirun, job_start)
-    except Diverged as err:
+    except RunFailed as err:
         if not multirun:
             sys.exit(f"error: {err}")
         # The job's run is FAILED with the reason; the other jobs go on, and the
@@ -180,7 +180,27 @@ def run_job(cfg: DictConfig, resolved: dict, job, multirun: bool, job_start: flo
             cached = result.fit_info["cached"]
             # Time this run spent fitting θ₀: 0 when another run had cached it.
             run.metric("fit_s", 0.0 if cached else result.fit_info["stage1_s"] + result.fit_info["stage2_s"])
-            run.tags({"theta0_cached": cached, "theta0_loss": f"{result.fit_info['stage2_loss']:.3e}"})
+            run.tags({"theta0_cached": cached, "theta0_loss": f"{result.fit_info['stage2_loss']:.3e}",
+                      "theta0_converged": result.fit_info.get("converged", True)})
+        ratios = result.scalars.get("holdout_ratio")
+        if ratios is not None:
+            run.metric("holdout_ratio_max", float(np.nanmax(ratios)))
+            run.tags({"holdout_flag": result.holdout_flag})
+        if "iterations" in result.scalars:
+            run.metric("iterations_mean", float(np.mean(result.scalars["iterations"])))
+        # A run where solver events happened, the held-out check flagged or θ₀ did
+        # not converge says so at the end.
+        warn = []
+        if any(result.events.values()):
+            warn.append("solver events: " + ", ".join(f"{k}={v}" for k, v in result.events.items()))
+        if result.holdout_flag != "ok":
+            warn.append(f"held-out check: {result.holdout_flag} (max held-out/training loss ratio "
+                        f"{np.nanmax(ratios):.3g}; holdout.warn={run_cfg.holdout.warn:g}, "
+                        f"holdout.fail={run_cfg.holdout.fail:g}): the fits may overfit the quadrature nodes")
+        if result.fit_info is not None and not result.fit_info.get("converged", True):
+            warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {result.fit_info['stage2_rel_loss']:.2e})")
+        for msg in warn:
+            print(f"warning: {name}: {msg}", file=sys.stderr)
         log_artifacts(run, cfg, run_cfg, result, name)
         run.flush()
         # Tracking overhead: every MLflow call and plot of this job, against its wall time.
@@ -188,6 +208,10 @@ def run_job(cfg: DictConfig, resolved: dict, job, multirun: bool, job_start: flo
         run.metric("tracking_s", run.seconds)
         run.metric("job_s", job_s)
         run.metric("tracking_fraction", run.seconds / job_s)
+        if result.holdout_flag == "fail":
+            # Everything is logged; raising ends the run FAILED (tracked_run).
+            raise Overfit(f"{name}: held-out loss exceeds the training loss more than "
+                          f"holdout.fail={run_cfg.holdout.fail:g} times: the fits overfit the quadrature nodes")
     checkpoints.clear()  # the run is FINISHED: nothing left to resume
     return result.global_rel_l2
 

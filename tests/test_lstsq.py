@@ -31,7 +31,7 @@ def test_rank_deficient_stays_finite_and_optimal(solver):
 
 def test_unknown_solver():
     with pytest.raises(ValueError, match="unknown solver 'lu'"):
-        least_squares(np.eye(3), np.ones(3), "lu")
+        least_squares(np.eye(3), np.ones(3), "lu", 1e-8)
 
 
 def test_gram_of_row_blocks_is_exact_and_symmetric():
@@ -49,6 +49,24 @@ def test_row_blocks_give_the_same_solution(solver):
     A, b = rng.standard_normal((400, 300)), rng.standard_normal(400)
     blocks = [jnp.asarray(A.T[a:c]) for a, c in row_blocks(300, block=64)]
     assert len(blocks) == 5
-    x_rows = np.asarray(least_squares_rows(blocks, b, solver, damping=1e-10))
+    x_rows, fallback = least_squares_rows(blocks, b, solver, damping=1e-10)
+    assert not fallback
     x = np.asarray(least_squares(A, b, solver, damping=1e-10))
-    np.testing.assert_allclose(x_rows, x, rtol=1e-9, atol=1e-9 * np.abs(x).max())
+    np.testing.assert_allclose(np.asarray(x_rows), x, rtol=1e-9, atol=1e-9 * np.abs(x).max())
+
+
+def test_cholesky_breakdown_falls_back_to_qr_and_says_so():
+    """An exactly zero column with no damping: the Cholesky meets a zero pivot and
+    returns non-finite values, QR redoes the solve; a well-posed problem does not
+    fall back."""
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((50, 6))
+    A[:, 2] = 0.0
+    b = rng.standard_normal(50)
+    x, fallback = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "cholesky", 0.0)
+    assert bool(fallback)
+    x_qr, qr_fallback = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "qr", 0.0)
+    assert not bool(qr_fallback)
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(x_qr))
+    _, fallback = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "cholesky", 1e-6)
+    assert not bool(fallback)

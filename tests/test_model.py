@@ -8,6 +8,8 @@ import pytest
 from teng_eq import ParamSpace, TENGNet
 from conftest import make_config
 
+from teng_eq.grid import grid_points
+
 
 @pytest.fixture(scope="module")
 def net():
@@ -44,3 +46,60 @@ def test_factored_jacobian_equals_autodiff(net):
     J_ref = jax.vmap(jax.grad(lambda th, p: space.network(th)(p)), (None, 0))(theta, x)
     np.testing.assert_allclose(u, space.apply(theta, x), rtol=0, atol=1e-14)
     np.testing.assert_allclose(J, J_ref, rtol=0, atol=1e-13 * float(jnp.abs(J_ref).max()))
+
+
+def test_factored_jacobian_equals_autodiff_linear_embedding():
+    net = TENGNet(key=jax.random.PRNGKey(0), embedding_activation="identity")
+    space = ParamSpace(net)
+    x = jax.random.uniform(jax.random.PRNGKey(3), (64, 2), maxval=2 * math.pi)
+    _, G, H = net.jacobian_factors(x)
+    gcol, hcol = net.factor_columns()
+    J_ref = jax.vmap(jax.grad(lambda th, p: space.network(th)(p)), (None, 0))(space.flatten(net), x)
+    np.testing.assert_allclose(G[:, gcol] * H[:, hcol], J_ref, rtol=0, atol=1e-13 * float(jnp.abs(J_ref).max()))
+
+
+def _first_layer_preactivations(net, points):
+    return jax.vmap(lambda x: net.hidden[0](net.features(x)))(points)
+
+
+@pytest.mark.parametrize("activation, collapsed", [("tanh", False), ("identity", True)])
+def test_embedding_features_are_not_linearly_collapsible(activation, collapsed):
+    """The first layer's pre-activations z₁(x) = W₁ σ(e(x)) + b₁. With the linear
+    embedding every one lies in span{1, cos x₁, sin x₁, cos x₂, sin x₂}; with tanh
+    they must not."""
+    net = TENGNet(key=jax.random.PRNGKey(1), embedding_activation=activation)
+    pts = grid_points(32, (2 * math.pi, 2 * math.pi))
+    z = np.asarray(_first_layer_preactivations(net, pts))  # (1024, width)
+    x1, x2 = np.asarray(pts).T
+    basis = np.stack([np.ones_like(x1), np.cos(x1), np.sin(x1), np.cos(x2), np.sin(x2)], axis=1)
+    coef = np.linalg.lstsq(basis, z, rcond=None)[0]
+    outside = np.linalg.norm(z - basis @ coef, axis=0) / np.linalg.norm(z - z.mean(0), axis=0)
+    if collapsed:
+        assert outside.max() < 1e-12, outside.max()
+    else:
+        assert outside.min() > 1e-2, outside.min()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_jacobian_has_no_structural_null_directions(seed):
+    """A small network of the same shape (4 features, width 8, 4 layers: 177
+    parameters) on 1024 points: with tanh on the embedding J has full column rank;
+    with the linear one the embedding, W₁ and b₁ (96 parameters) act through
+    width·(2·dim + 1) = 40 combinations, so exactly 56 singular values vanish."""
+    pts = grid_points(32, (2 * math.pi, 2 * math.pi))
+    sv = {}
+    for activation in ("tanh", "identity"):
+        net = TENGNet(features=4, width=8, depth=4, key=jax.random.PRNGKey(seed), embedding_activation=activation)
+        _, G, H = net.jacobian_factors(pts)
+        gcol, hcol = net.factor_columns()
+        s = np.linalg.svd(np.asarray(G[:, gcol] * H[:, hcol]), compute_uv=False)
+        sv[activation] = s / s[0]
+    assert sv["tanh"].size == 177
+    assert sv["tanh"][-1] > 1e-12, sv["tanh"][-5:]
+    assert np.sum(sv["identity"] > 1e-13) == 177 - 56
+    assert sv["identity"][121] < 1e-14
+
+
+def test_unknown_embedding_activation():
+    with pytest.raises(ValueError, match="embedding_activation"):
+        TENGNet(key=jax.random.PRNGKey(0), embedding_activation="relu")

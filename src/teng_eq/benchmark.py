@@ -28,10 +28,10 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from teng_eq.integrators import TENGStep
-from teng_eq.stepper import Stepper, random_subset, residual
+from teng_eq.stepper import Factors, Stepper, random_subset, residual
 
 
 def solve_flops(solver: str, rows: int, cols: int) -> float:
@@ -61,25 +61,33 @@ def median_seconds(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> fl
 
 class NaiveStepper(Stepper):
     """The yardstick: the same iteration with the Jacobian of every parameter by
-    per-sample reverse mode, a column gather, and an SVD ``lstsq``."""
+    per-sample reverse mode, a column gather, and an SVD ``lstsq``.
 
-    def jacobian_rows(
-        self, theta: Float[Array, " params"], subset: Int[Array, " k"]
-    ) -> tuple[Float[Array, " n"], tuple[Float[Array, "k n"]]]:
+    Its :class:`~teng_eq.stepper.Factors` hold that whole Jacobian (``Gt``, one
+    row per parameter; ``Ht`` unused), so the stage loop is the default one.
+    """
+
+    def factors(self, theta: Float[Array, " params"]) -> Factors:
         def value(th, x):
             return self.space.network(th)(x)
 
         full = jax.vmap(jax.grad(value), in_axes=(None, 0))(theta, self.points)  # (n, params)
-        return self.values(theta), (full[:, subset].T,)
+        return Factors(self.values(theta), full.T, jnp.ones((1, self.points.shape[0])))
 
-    def solve(self, rows: tuple[Float[Array, "k n"], ...], du: Float[Array, " n"]) -> Float[Array, " k"]:
-        return jnp.linalg.lstsq(jnp.concatenate(rows).T, du, rcond=self.damping)[0]
+    def rows(self, factors: Factors, subset: Int[Array, " k"]) -> tuple[Float[Array, "k n"]]:
+        return (factors.Gt[subset],)
+
+    def solve(
+        self, rows: tuple[Float[Array, "k n"], ...], du: Float[Array, " n"]
+    ) -> tuple[Float[Array, " k"], Bool[Array, ""]]:
+        return jnp.linalg.lstsq(jnp.concatenate(rows).T, du, rcond=self.damping)[0], jnp.zeros((), bool)
 
 
 def naive(step: TENGStep) -> TENGStep:
-    """``step`` with its stepper replaced by a :class:`NaiveStepper` on the same grid."""
+    """``step`` with its stepper replaced by a :class:`NaiveStepper` on the same grid
+    (same solver settings and stopping policy)."""
     s = step.stepper
-    stepper = NaiveStepper(s.space, s.points, s.weight, s.solver, s.damping)
+    stepper = NaiveStepper(s.space, s.points, s.weight, s.solver, s.damping, s.stopping)
     return dataclasses.replace(step, stepper=stepper)
 
 
@@ -152,7 +160,7 @@ def time_iterations(
     out = []
     for solver in solvers:
         stepper = Stepper(base.space, base.points, base.weight, solver, base.damping)
-        solve_fn = jax.jit(lambda r, b, s=stepper: s.solve(r, b))
+        solve_fn = jax.jit(lambda r, b, s=stepper: s.solve(r, b)[0])
         iteration_fn = jax.jit(lambda th, tg, k, s=stepper: s.iteration(th, tg, k, n_sub))
         x = solve_fn(rows, du)
         out.append(IterationTiming(
@@ -205,7 +213,7 @@ def compare_with_naive(
     return StepComparison(
         default_s=times["default"],
         naive_s=times["naive"],
-        default_loss=float(logs_fast[-1].loss[-1]),
-        naive_loss=float(logs_slow[-1].loss[-1]),
+        default_loss=float(logs_fast.loss),
+        naive_loss=float(logs_slow.loss),
         max_theta_diff=float(jnp.max(jnp.abs(theta_fast - theta_slow))),
     )

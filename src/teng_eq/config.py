@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from teng_eq.lstsq import SOLVERS
+from teng_eq.stepper import Stopping
 
 #: Top-level keys that say where results go and how a job is run, not what it
 #: computes: left out of a run's ``config_hash`` (so a resumed or re-checkpointed
@@ -108,18 +109,31 @@ def _typed(value, annotation, key: str):
 
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
-    """The sequential methods' network (:class:`teng_eq.model.TENGNet`)."""
+    """The sequential methods' network (:class:`teng_eq.model.TENGNet`):
+    ``embedding_activation`` σ on the periodic embedding (``tanh``: the authors'
+    network; ``identity``: the linear one of earlier runs), ``init`` its
+    initialisation (``auto`` resolved per problem by
+    :func:`teng_eq.initial_fit.resolve_init`)."""
 
     features: int
     width: int
     depth: int
+    embedding_activation: str
+    init: str
 
     def validate(self, prefix: str) -> None:
+        from teng_eq.model import EMBEDDING_ACTIVATIONS, INITS
+
         for key in ("features", "width"):
             if getattr(self, key) < 1:
                 bad(f"{prefix}.{key}", getattr(self, key), "must be >= 1")
         if self.depth < 3:
             bad(f"{prefix}.depth", self.depth, "must be >= 3 (embedding, hidden, output)")
+        if self.embedding_activation not in EMBEDDING_ACTIVATIONS:
+            bad(f"{prefix}.embedding_activation", self.embedding_activation,
+                f"unknown, choose one of {list(EMBEDDING_ACTIVATIONS)}")
+        if self.init not in ("auto", *INITS):
+            bad(f"{prefix}.init", self.init, f"unknown, choose one of {['auto', *INITS]}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +146,7 @@ class FitConfig:
     stage2_tol: float
     stage2_subsample: int
     stage2_max_iters: int
+    stage2_polish_iters: int
     patience: int
 
     def validate(self, prefix: str) -> None:
@@ -141,6 +156,26 @@ class FitConfig:
         for key in ("stage1_subsample", "stage1_max_iters", "stage2_subsample", "stage2_max_iters", "patience"):
             if getattr(self, key) < 1:
                 bad(f"{prefix}.{key}", getattr(self, key), "must be >= 1")
+        if self.stage2_polish_iters < 0:
+            bad(f"{prefix}.stage2_polish_iters", self.stage2_polish_iters, "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldoutConfig:
+    """The held-out check of every step (:mod:`teng_eq.integrators`): ``grid``
+    points per dimension at cell centres of the quadrature grid (dividing it); a
+    run whose held-out loss exceeds its training loss more than ``warn`` times
+    is flagged, more than ``fail`` times it fails."""
+
+    grid: int
+    warn: float
+    fail: float
+
+    def validate(self, prefix: str) -> None:
+        if self.grid < 2:
+            bad(f"{prefix}.grid", self.grid, "must be an integer >= 2")
+        if not 1 < self.warn <= self.fail:
+            bad(f"{prefix}.warn", self.warn, f"must be > 1 and <= {prefix}.fail={self.fail}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +215,8 @@ class RunConfig:
     subsample: int
     solver: str
     damping: float
+    stopping: Stopping
+    holdout: HoldoutConfig
     grid: int
     eval_grid: int
     seed: int
@@ -200,7 +237,7 @@ class RunConfig:
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> RunConfig:
         """Build from the pipeline's resolved mapping (keys of ``conf/``) and validate."""
-        for group in ("equation", "method", "network", "fit"):
+        for group in ("equation", "method", "network", "fit", "stopping", "holdout"):
             if not isinstance(cfg.get(group), Mapping):
                 bad(group, cfg.get(group), "must be a config group (a mapping)")
         eq = dict(cfg["equation"])
@@ -221,7 +258,9 @@ class RunConfig:
         run = cls(
             equation=equation, method=method,
             network=options_from(NetworkConfig, cfg["network"], "network"),
-            fit=options_from(FitConfig, cfg["fit"], "fit"), **kw,
+            fit=options_from(FitConfig, cfg["fit"], "fit"),
+            stopping=options_from(Stopping, cfg["stopping"], "stopping"),
+            holdout=options_from(HoldoutConfig, cfg["holdout"], "holdout"), **kw,
         )
         run.validate()
         return run
@@ -244,6 +283,11 @@ class RunConfig:
         for key in ("grid", "eval_grid"):
             if getattr(self, key) < 8:
                 bad(key, getattr(self, key), "must be an integer >= 8")
+        if self.grid % self.holdout.grid:
+            bad("holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
+        if self.stopping.min_iters > min(self.iters, self.iters_later):
+            bad("stopping.min_iters", self.stopping.min_iters,
+                f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
         if self.seed < 0:
             bad("seed", self.seed, "must be an integer >= 0")
         n_params = self.n_params
@@ -315,7 +359,7 @@ def validate_job(cfg: Mapping, *, root) -> Job:
     from teng_eq.cache import cache_dir
     from teng_eq.tracking.store import check_store, default_tracking_uri
 
-    known = {"equation", "method", "network", "fit", *_NUMERIC, *BOOKKEEPING}
+    known = {"equation", "method", "network", "fit", "stopping", "holdout", *_NUMERIC, *BOOKKEEPING}
     for key in cfg:
         if key not in known:
             bad(key, cfg[key], "unknown key")

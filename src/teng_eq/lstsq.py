@@ -24,22 +24,16 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 SOLVERS = ("qr", "svd", "cholesky")
 
-#: Default relative damping for ``qr`` and ``cholesky`` (see module docstring).
-DAMPING = 1e-7
-
 
 def least_squares(
-    A: Float[Array, "rows cols"],
-    b: Float[Array, " rows"],
-    solver: str = "qr",
-    damping: float = DAMPING,
+    A: Float[Array, "rows cols"], b: Float[Array, " rows"], solver: str, damping: float
 ) -> Float[Array, " cols"]:
     """Regularised ``argmin_x ‖A x − b‖₂`` (see the module docstring for each solver)."""
-    return least_squares_rows((A.T,), b, solver, damping)
+    return least_squares_rows((A.T,), b, solver, damping)[0]
 
 
 def row_blocks(cols: int, block: int = 128, max_blocks: int = 8) -> tuple[tuple[int, int], ...]:
@@ -53,19 +47,29 @@ def row_blocks(cols: int, block: int = 128, max_blocks: int = 8) -> tuple[tuple[
 def least_squares_rows(
     blocks: Sequence[Float[Array, "_ rows"]],
     b: Float[Array, " rows"],
-    solver: str = "qr",
-    damping: float = DAMPING,
-) -> Float[Array, " cols"]:
+    solver: str,
+    damping: float,
+) -> tuple[Float[Array, " cols"], Bool[Array, ""]]:
     """:func:`least_squares` given ``Aᵀ`` as a stack of row blocks, the layout the
     stepper builds: the normal equations then need no copy of ``A`` at all
-    (:func:`gram` works block by block); QR and SVD stack the blocks into ``A``."""
+    (:func:`gram` works block by block); QR and SVD stack the blocks into ``A``.
+
+    **Returns** ``(x, fallback)``: the solution, and whether ``cholesky`` broke
+    down (a non-finite solution: damping too small for cond(AᵀA)) so that QR
+    redid the solve. ``fallback`` is always False for ``qr`` and ``svd``. ``x``
+    itself may still be non-finite (QR of an exactly singular undamped matrix);
+    the caller decides what to do with it.
+    """
     if solver == "cholesky":
         x = normal_equations(blocks, b, damping)
-        # A Cholesky that broke down (damping too small for cond(AᵀA)) is redone
-        # by QR; lax.cond runs only the branch it takes.
-        return jax.lax.cond(
-            jnp.all(jnp.isfinite(x)), lambda: x, lambda: least_squares_rows(blocks, b, "qr", damping)
-        )
+        broke = ~jnp.all(jnp.isfinite(x))
+        # lax.cond runs only the branch it takes: the QR costs nothing when unused.
+        x = jax.lax.cond(broke, lambda: _dense(blocks, b, "qr", damping), lambda: x)
+        return x, broke
+    return _dense(blocks, b, solver, damping), jnp.zeros((), bool)
+
+
+def _dense(blocks, b, solver: str, damping: float) -> Float[Array, " cols"]:
     A = jnp.concatenate(blocks).T
     if solver == "svd":
         return lx.linear_solve(lx.MatrixLinearOperator(A), b, lx.SVD(rcond=damping), throw=False).value
@@ -89,7 +93,7 @@ def gram(blocks: Sequence[Float[Array, "_ rows"]]) -> Float[Array, "cols cols"]:
 
 
 def normal_equations(
-    blocks: Sequence[Float[Array, "_ rows"]], b: Float[Array, " rows"], damping: float = DAMPING
+    blocks: Sequence[Float[Array, "_ rows"]], b: Float[Array, " rows"], damping: float
 ) -> Float[Array, " cols"]:
     """``(AᵀA + λI) x = Aᵀb`` by Cholesky, ``λ = damping²·tr(AᵀA)`` (= damping²‖A‖²_F),
     ``Aᵀ`` given as row blocks.

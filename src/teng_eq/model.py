@@ -1,9 +1,36 @@
 """The paper's network: a periodic embedding followed by a tanh MLP.
 
-``û(x) = W₆ tanh(W₅ ⋯ tanh(W₁ e(x) + b₁) ⋯ + b₅) + b₆`` with the periodic embedding
+``û(x) = W₆ tanh(W₅ ⋯ tanh(W₁ σ(e(x)) + b₁) ⋯ + b₅) + b₆`` with the periodic embedding
 ``e(x)_{d,j} = a_{d,j} cos(2π x_d / L_d + φ_{d,j}) + c_{d,j}`` (20 features per input
 dimension). With width 40 and 7 layers in all (embedding, 5 hidden, output) that
 is 8,361 parameters in 2-D.
+
+σ is the *embedding activation*. ``"tanh"`` is the network the paper's numbers
+come from (its authors apply tanh to the embedding before the first dense
+layer). ``"identity"`` feeds the embedding linearly into ``W₁``; then, since
+``Σ_j W_ij (a_j cos(k x_d + φ_j) + c_j) = A_i cos(k x_d) + B_i sin(k x_d) + C_i``,
+the first hidden layer only sees ``span{1, cos k x_d, sin k x_d}`` per dimension:
+the 20 features collapse to 2, and the embedding, ``W₁`` and ``b₁`` act through
+``5·width`` combinations (in 2-D) — their other directions are exact null
+directions of the Jacobian. It is kept only to reproduce earlier runs.
+
+Initialisation (``init``):
+
+* ``"paper"``: the authors' — ``a, φ, c`` from a standard normal truncated to
+  [−2, 2]; dense weights LeCun-normal (truncated, variance 1/fan_in); biases 0.
+* ``"odd"``: the same with ``c = 0``. Then every feature ``tanh(a cos(k x_d + φ))``
+  changes sign under ``x → x + L/2`` (in each dimension), every layer is an odd
+  map of its input, and û is odd under the shift ``x → x + L/2`` applied in all
+  dimensions at once. Fits keep that symmetry where the target has it: for an
+  odd residual the loss gradient in ``c`` and the biases (whose Jacobian columns
+  are even) vanishes. The paper's initial condition is odd under that shift, and
+  heat and Allen–Cahn preserve it, so there the network effectively works in the
+  odd half of its tangent space — which holds the whole update — instead of
+  spending its least squares on directions the solution never needs.
+  Burgers' ``u·∇u`` is even and breaks the symmetry; the network then has to
+  leave the odd subspace through ``c`` and the biases.
+* ``"legacy"``: the earlier one — ``a ~ N(0, 1)``, ``φ ~ U[0, 2π)``, ``c = 0``,
+  equinox's default uniform weights and biases.
 """
 
 from __future__ import annotations
@@ -17,20 +44,34 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+#: Embedding activations σ (see the module docstring).
+EMBEDDING_ACTIVATIONS = ("tanh", "identity")
+#: Initialisations (see the module docstring).
+INITS = ("odd", "paper", "legacy")
+
 
 class PeriodicEmbedding(eqx.Module):
-    """``e_{d,j}(x) = a_{d,j} cos(k_d x_d + φ_{d,j}) + c_{d,j}``, ``k_d = 2π/L_d``."""
+    """``e_{d,j}(x) = a_{d,j} cos(k_d x_d + φ_{d,j}) + c_{d,j}``, ``k_d = 2π/L_d``,
+    initialised as ``init`` says (module docstring)."""
 
     a: Float[Array, "dim features"]
     phi: Float[Array, "dim features"]
     c: Float[Array, "dim features"]
     wavenumbers: tuple[float, ...] = eqx.field(static=True)
 
-    def __init__(self, dim: int, features: int, lengths, *, key: PRNGKeyArray):
+    def __init__(self, dim: int, features: int, lengths, *, key: PRNGKeyArray, init: str = "odd"):
         ka, kp = jax.random.split(key)
-        self.a = jax.random.normal(ka, (dim, features))
-        self.phi = jax.random.uniform(kp, (dim, features), maxval=2 * math.pi)
-        self.c = jnp.zeros((dim, features))
+        shape = (dim, features)
+        if init == "legacy":
+            self.a = jax.random.normal(ka, shape)
+            self.phi = jax.random.uniform(kp, shape, maxval=2 * math.pi)
+        else:
+            normal = jax.nn.initializers.truncated_normal(1.0)
+            self.a, self.phi = normal(ka, shape), normal(kp, shape)
+        if init == "paper":
+            self.c = jax.nn.initializers.truncated_normal(1.0)(jax.random.fold_in(key, 2), shape)
+        else:
+            self.c = jnp.zeros(shape)
         self.wavenumbers = tuple(2 * math.pi / float(length) for length in lengths)
 
     def angles(self, x: Float[Array, " dim"]) -> Float[Array, "dim features"]:
@@ -41,7 +82,8 @@ class PeriodicEmbedding(eqx.Module):
 
 
 class TENGNet(eqx.Module):
-    """Scalar network ``û: ℝᵈ → ℝ``; ``hidden`` layers take tanh, ``output`` does not.
+    """Scalar network ``û: ℝᵈ → ℝ``; the embedding takes ``embedding_activation``,
+    the ``hidden`` layers tanh, ``output`` nothing.
 
     ``periodic=False`` drops the embedding: the first layer takes x itself (the
     paper's network on the disk, where the domain is not periodic).
@@ -50,6 +92,8 @@ class TENGNet(eqx.Module):
     embedding: PeriodicEmbedding | None  # None: plain Cartesian input (non-periodic domains)
     hidden: tuple[eqx.nn.Linear, ...]
     output: eqx.nn.Linear
+    embedding_activation: str = eqx.field(static=True)
+    init: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -58,24 +102,50 @@ class TENGNet(eqx.Module):
         width: int = 40,
         depth: int = 7,
         lengths=None,
+        embedding_activation: str = "tanh",
+        init: str = "odd",
         *,
         periodic: bool = True,
         key: PRNGKeyArray,
     ):
         if depth < 3:
             raise ValueError(f"depth must be >= 3 (embedding, hidden, output), got {depth}")
+        if embedding_activation not in EMBEDDING_ACTIVATIONS:
+            raise ValueError(
+                f"unknown embedding_activation {embedding_activation!r}; known: {EMBEDDING_ACTIVATIONS}"
+            )
+        if init not in INITS:
+            raise ValueError(f"unknown init {init!r}; known: {INITS}")
         lengths = (2 * math.pi,) * dim if lengths is None else lengths
         keys = jax.random.split(key, depth)
-        self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0]) if periodic else None
+        self.embedding_activation = embedding_activation
+        self.init = init
+        self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0], init=init) if periodic else None
         sizes = [dim * features if periodic else dim] + [width] * (depth - 2)
-        self.hidden = tuple(
-            eqx.nn.Linear(n_in, n_out, key=k)
-            for n_in, n_out, k in zip(sizes[:-1], sizes[1:], keys[1:-1])
-        )
-        self.output = eqx.nn.Linear(width, "scalar", key=keys[-1])
+        hidden = [eqx.nn.Linear(n_in, n_out, key=k) for n_in, n_out, k in zip(sizes[:-1], sizes[1:], keys[1:-1])]
+        output = eqx.nn.Linear(width, "scalar", key=keys[-1])
+        if init != "legacy":
+            lecun = jax.nn.initializers.lecun_normal(in_axis=-1, out_axis=-2)
+
+            def reinit(layer, k):
+                weight = lecun(k, layer.weight.shape)
+                return eqx.tree_at(lambda m: (m.weight, m.bias), layer, (weight, jnp.zeros_like(layer.bias)))
+
+            wkeys = [jax.random.fold_in(k, 1) for k in keys[1:]]
+            hidden = [reinit(layer, k) for layer, k in zip(hidden, wkeys)]
+            output = reinit(output, wkeys[-1])
+        self.hidden = tuple(hidden)
+        self.output = output
+
+    def features(self, x: Float[Array, " dim"]) -> Float[Array, " dim*features"]:
+        """``σ(e(x))`` (x itself without the embedding): what the first dense layer sees."""
+        if self.embedding is None:
+            return x
+        e = self.embedding(x)
+        return jnp.tanh(e) if self.embedding_activation == "tanh" else e
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
-        h = x if self.embedding is None else self.embedding(x)
+        h = self.features(x)
         for layer in self.hidden:
             h = jnp.tanh(layer(h))
         return self.output(h)
@@ -88,12 +158,13 @@ class TENGNet(eqx.Module):
         Every parameter of this network enters as (cotangent of some pre-activation)
         × (some per-sample factor): ``∂û/∂W[o, i] = ∂û/∂z[o] · h_in[i]``,
         ``∂û/∂b[o] = ∂û/∂z[o]``, ``∂û/∂a = ∂û/∂e · cos(·)``, ``∂û/∂φ = ∂û/∂e · (−a sin(·))``,
-        ``∂û/∂c = ∂û/∂e``. So the Jacobian of any column subset costs one batched
-        forward/backward pass plus an O(n·|subset|) gather, never the full
-        ``n × params`` matrix. Column layout (see :meth:`factor_columns`)::
+        ``∂û/∂c = ∂û/∂e``, where e is the embedding's pre-activation
+        (``∂û/∂e = σ'(e) ⊙ W₁ᵀ ∂û/∂z₁``). So the Jacobian of any column subset
+        costs one batched forward/backward pass plus an O(n·|subset|) gather,
+        never the full ``n × params`` matrix. Column layout (see :meth:`factor_columns`)::
 
             G = [∂û/∂e | ∂û/∂z₁ | … | ∂û/∂z_L | ∂û/∂z_out]
-            H = [1 | cos | −a sin | e | h₁ | … | h_L]
+            H = [1 | cos | −a sin | σ(e) | h₁ | … | h_L]
 
         The sample-major view of :meth:`jacobian_factors_t`.
         """
@@ -125,6 +196,8 @@ class TENGNet(eqx.Module):
             sin = skx * cphi + ckx * sphi
             h = (emb.a[:, :, None] * cos + emb.c[:, :, None]).reshape(-1, n)
             head = [jnp.ones((1, n), h.dtype), cos.reshape(-1, n), (-emb.a[:, :, None] * sin).reshape(-1, n)]
+            if self.embedding_activation == "tanh":
+                h = jnp.tanh(h)
         inputs = []
         for layer in self.hidden:
             inputs.append(h)
@@ -139,7 +212,10 @@ class TENGNet(eqx.Module):
             gs.append(g)
             w_next = layer.weight
         if emb is not None:
-            gs.append(w_next.T @ g)
+            g = w_next.T @ g
+            if self.embedding_activation == "tanh":
+                g = g * (1.0 - inputs[0] ** 2)
+            gs.append(g)
         Gt = jnp.concatenate(gs[::-1], axis=0)
         Ht = jnp.concatenate(head + inputs, axis=0)
         return u, Gt, Ht

@@ -25,7 +25,7 @@ import numpy as np
 from teng_eq.checkpoint import CheckpointStore, state_bytes, state_from_bytes
 from teng_eq.config import RunConfig
 from teng_eq.equations import Equation, Quadrature
-from teng_eq.initial_fit import cached_initial_parameters
+from teng_eq.initial_fit import cached_initial_parameters, resolve_init
 from teng_eq.methods.base import Method, StepInfo
 from teng_eq.metrics import global_relative_l2, squared_norms
 from teng_eq.model import ParamSpace, TENGNet
@@ -67,6 +67,7 @@ class RunResult:
     losses: list[np.ndarray]  # one (rows, 4) table per method step
     snapshots: dict[int, tuple[np.ndarray, np.ndarray]]  # time index -> (û, reference) on the eval points
     sequential: bool
+    holdout_flag: str = "ok"  # held-out check over the run (:func:`holdout_flag`); "ok" without one
     resumed_from: int = 0  # the step of the checkpoint the run started from (0: from the start)
     checkpoint_s: float = 0.0  # time spent writing checkpoints (this attempt)
 
@@ -113,19 +114,23 @@ class Problem:
         return self.quadrature.weights
 
 
-def build_network(cfg: RunConfig) -> TENGNet:
-    """The untrained network of ``cfg`` (its architecture, initialised from ``seed``)."""
+def build_network(cfg: RunConfig, init: str | None = None) -> TENGNet:
+    """The untrained network of ``cfg`` (its architecture, initialised from ``seed``
+    as ``init`` says; default ``network.init``, ``auto`` resolved by
+    :func:`~teng_eq.initial_fit.resolve_init`)."""
     key_net, _ = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    init = resolve_init(cfg.network.init, cfg.equation, cfg.grid) if init is None else init
     periods = cfg.equation.periods
     return TENGNet(
         dim=cfg.equation.dim, features=cfg.network.features, width=cfg.network.width,
-        depth=cfg.network.depth, lengths=periods, periodic=periods is not None, key=key_net,
+        depth=cfg.network.depth, lengths=periods, periodic=periods is not None,
+        embedding_activation=cfg.network.embedding_activation, init=init, key=key_net,
     )
 
 
 def parameter_count(cfg: RunConfig) -> int:
     """Trainable parameters of :func:`build_network` (by shape evaluation, no compute)."""
-    shapes = eqx.filter_eval_shape(build_network, cfg)
+    shapes = eqx.filter_eval_shape(build_network, cfg, "paper")  # the shapes do not depend on the init
     return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(shapes)
                if isinstance(leaf, jax.ShapeDtypeStruct) and np.issubdtype(leaf.dtype, np.inexact))
 
@@ -149,22 +154,42 @@ def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None
     _, key_fit = jax.random.split(jax.random.PRNGKey(cfg.seed))
     net = build_network(cfg)
     space = ParamSpace(net)
-    quadrature, holdout = equation.quadrature(cfg.grid), equation.holdout(cfg.grid)
+    quadrature = equation.quadrature(cfg.grid)
+    holdout = equation.holdout(cfg.grid, cfg.holdout.grid)
     theta, fit_info = None, None
     if fit:
         description = dict(
             **equation.fit_description(),
-            network=dataclasses.asdict(cfg.network), grid=cfg.grid, seed=cfg.seed,
-            fit=dataclasses.asdict(cfg.fit),
+            network={**dataclasses.asdict(cfg.network), "init": net.init}, grid=cfg.grid, seed=cfg.seed,
+            fit=dataclasses.asdict(cfg.fit), solver=cfg.solver, damping=cfg.damping,
         )
         theta, fit_info = cached_initial_parameters(
             net, equation.u0, quadrature.points, quadrature.weights, key=key_fit,
-            fit=cfg.fit, description=description, directory=cache_dir, log=log,
+            fit=cfg.fit, solver=cfg.solver, damping=cfg.damping, description=description,
+            directory=cache_dir, log=log,
         )
     return Problem(equation, space, quadrature, holdout, theta, fit_info)
 
 
-class Diverged(FloatingPointError):
+def holdout_flag(ratios, warn: float, fail: float) -> str:
+    """``"fail"`` if some step's held-out/training loss ratio exceeds ``fail``,
+    ``"warn"`` if one exceeds ``warn``, else ``"ok"`` (NaN ratios count as
+    exceeding: a step whose losses are not finite is not a healthy one)."""
+    ratios = np.asarray(ratios, np.float64)
+    worst = np.max(np.where(np.isnan(ratios), np.inf, ratios)) if ratios.size else 0.0
+    return "fail" if worst > fail else "warn" if worst > warn else "ok"
+
+
+class RunFailed(RuntimeError):
+    """A run that computed but must not count: its MLflow run ends FAILED with the
+    reason and :attr:`tags`; the other jobs of a sweep go on."""
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {}
+
+
+class Diverged(RunFailed, FloatingPointError):
     """A run stopped at ``step`` because a value was non-finite or its loss blew up;
     ``last_good_step`` is the step before it. ``tags`` are logged on the failed run."""
 
@@ -175,6 +200,15 @@ class Diverged(FloatingPointError):
     @property
     def tags(self) -> dict[str, str]:
         return {"diverged_at_step": str(self.step), "last_good_step": str(self.last_good_step)}
+
+
+class Overfit(RunFailed):
+    """A finished run whose fits overfit the quadrature nodes: some step's held-out
+    loss exceeds its training loss more than ``holdout.fail`` times."""
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"holdout_flag": "fail"}
 
 
 @dataclasses.dataclass
@@ -367,6 +401,7 @@ def run_simulation(
         events={k: int(np.nansum(scalars[k])) for k in cls.events if k in scalars},
         network=method.network(state), losses=record.tables, snapshots=snapshots,
         sequential=sequential, resumed_from=done,
+        holdout_flag=holdout_flag(scalars.get("holdout_ratio", ()), cfg.holdout.warn, cfg.holdout.fail),
         checkpoint_s=checkpoints.seconds if checkpoints is not None else 0.0,
     )
 

@@ -97,8 +97,9 @@ class Equation(eqx.Module):
         dimension (the config's ``grid``)."""
         raise NotImplementedError
 
-    def holdout(self, n: int) -> Quadrature:
-        """Points that no fit on :meth:`quadrature` (n) uses, same density."""
+    def holdout(self, n: int, m: int) -> Quadrature:
+        """Points that no fit on :meth:`quadrature` (n) uses, ``m`` per dimension
+        (the config's ``holdout.grid``, dividing n)."""
         raise NotImplementedError
 
     def evaluation(self, m: int) -> Quadrature:

@@ -104,9 +104,10 @@ class HeatDisk(Equation):
         """Interior (n/2 radii × n angles) and n boundary points, angles θ_j = 2πj/n."""
         return self._with_boundary(n, 0.0)
 
-    def holdout(self, n: int) -> Quadrature:
-        """The same rule with every angle shifted by half a step."""
-        return self._with_boundary(n, 0.5)
+    def holdout(self, n: int, m: int) -> Quadrature:
+        """The rule of :meth:`quadrature` (m) with every angle half a step of the
+        n-rule away from the fit's angles (its radii are m/2 other Gauss nodes)."""
+        return self._with_boundary(m, m / (2 * n))
 
     def evaluation(self, m: int) -> Quadrature:
         """The interior rule alone (m/2 radii × m angles): the error is measured on the disk."""

@@ -11,7 +11,7 @@ from jaxtyping import Array, Float
 
 from teng_eq.config import bad
 from teng_eq.equations.base import Equation, Quadrature
-from teng_eq.grid import cell_volume, grid_points
+from teng_eq.grid import cell_volume, grid_points, holdout_points
 
 
 class PeriodicBox(Equation):
@@ -38,11 +38,11 @@ class PeriodicBox(Equation):
         return Quadrature(grid_points(n, self.lengths), cell_volume(n, self.lengths),
                           grid_shape=(n,) * self.dim)
 
-    def holdout(self, n: int) -> Quadrature:
-        """That grid shifted by half a cell along every axis, same weight."""
-        shift = jnp.asarray([0.5 * length / n for length in self.lengths])
-        return Quadrature(grid_points(n, self.lengths) + shift, cell_volume(n, self.lengths),
-                          grid_shape=(n,) * self.dim)
+    def holdout(self, n: int, m: int) -> Quadrature:
+        """An ``m^d`` grid (m dividing n) at cell centres of the n-grid, half a cell
+        from its nodes along every axis, with its own weight."""
+        return Quadrature(holdout_points(n, m, self.lengths), cell_volume(m, self.lengths),
+                          grid_shape=(m,) * self.dim)
 
     def evaluation(self, m: int) -> Quadrature:
         """The ``m^d`` grid (points in 'ij' order, the layout of the reference's values)."""

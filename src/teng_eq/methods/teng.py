@@ -1,6 +1,11 @@
 """TENG as a :class:`~teng_eq.methods.base.Method`: each time step is a TENG
 integrator step (:class:`teng_eq.integrators.TENGStep`), every stage a fit by
-repeated projected least squares (:class:`teng_eq.stepper.Stepper`)."""
+repeated projected least squares (:class:`teng_eq.stepper.Stepper`).
+
+Per-step scalars: ``step_loss`` (the final fit's loss on the quadrature nodes),
+``holdout_loss`` and ``holdout_ratio`` (the same fit on held-out points, see
+:mod:`teng_eq.integrators`), ``iterations`` (all stages), and the solver events
+``fallbacks`` and ``zero_steps``."""
 
 from __future__ import annotations
 
@@ -28,18 +33,23 @@ class TENG(Method):
             if self.integrator not in INTEGRATORS:
                 bad(f"{prefix}.integrator", self.integrator, f"unknown, choose one of {sorted(INTEGRATORS)}")
 
+    #: Solver events, per step and summed over the run: Cholesky solves redone by
+    #: QR, and non-finite updates replaced by no update.
+    events = ("fallbacks", "zero_steps")
+
     space: ParamSpace
     step_fn: TENGStep
 
     @classmethod
     def build(cls, cfg, problem) -> TENG:
         stepper = Stepper(problem.space, problem.quadrature.points, problem.quadrature.weights,
-                          cfg.solver, cfg.damping)
+                          cfg.solver, cfg.damping, cfg.stopping)
         step_fn = TENGStep(
             integrator=INTEGRATORS[cfg.method.options.integrator], stepper=stepper,
             equation=problem.equation, dt=cfg.dt, iters=cfg.iters, iters_later=cfg.iters_later,
             subsample_first=cfg.subsample_first, subsample=cfg.subsample,
-            boundary=problem.quadrature.boundary,
+            holdout=problem.holdout.points, holdout_weight=problem.holdout.weights,
+            boundary=problem.quadrature.boundary, holdout_boundary=problem.holdout.boundary,
         )
         return cls(steps=cfg.n_steps, space=problem.space, step_fn=step_fn)
 
@@ -47,13 +57,15 @@ class TENG(Method):
         return theta0
 
     def step(self, state: Float[Array, " params"], key: PRNGKeyArray) -> tuple[Float[Array, " params"], StepInfo]:
-        theta, logs = self.step_fn(state, key)
-        width = max(log.loss.shape[0] for log in logs)
-        lsq = [jnp.concatenate([log.lsq, jnp.full(1, jnp.nan)]) for log in logs]
+        theta, log = self.step_fn(state, key)
+        width = max(stage.loss.shape[0] for stage in log.stages)
+        lsq = [jnp.concatenate([stage.lsq, jnp.full(1, jnp.nan)]) for stage in log.stages]
         info = StepInfo(
-            losses=stack_rows([log.loss for log in logs], width),
+            losses=stack_rows([stage.loss for stage in log.stages], width),
             lsq=stack_rows(lsq, width),
-            scalars={"step_loss": logs[-1].loss[-1]},
+            scalars={"step_loss": log.loss, "holdout_loss": log.holdout_loss,
+                     "holdout_ratio": log.holdout_ratio, "iterations": log.iterations,
+                     "fallbacks": log.fallbacks, "zero_steps": log.zero_steps},
         )
         return theta, info
 
