@@ -69,7 +69,7 @@ def test_every_equation_declares_its_pieces(name):
     the fit's; the evaluation points are where the reference gives its values."""
     eq = equation(name)
     assert eq.name == name
-    fit, held, ev = eq.quadrature(16), eq.holdout(16), eq.evaluation(16)
+    fit, held, ev = eq.quadrature(16), eq.holdout(16, 8), eq.evaluation(16)
     for q in (fit, held, ev):
         assert q.points.shape[1] == eq.dim
         w = np.broadcast_to(np.asarray(q.weights), (q.points.shape[0],))

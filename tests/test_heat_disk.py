@@ -23,7 +23,7 @@ from teng_eq.integrators import HEUN, TENGStep
 from teng_eq.model import ParamSpace, TENGNet
 from teng_eq.reference import save_npz
 from teng_eq.reference.bessel import bessel_zero, disk_harmonics
-from teng_eq.stepper import Stepper
+from teng_eq.stepper import StageLog, Stepper
 
 # --- the disk: exact solution, quadrature ---------------------------------------------------
 
@@ -96,7 +96,7 @@ def test_disk_quadrature_integrates_bessel_modes():
 
 
 def test_disk_quadratures_layout(disk):
-    fit, held, ev = disk.quadrature(16), disk.holdout(16), disk.evaluation(16)
+    fit, held, ev = disk.quadrature(16), disk.holdout(16, 8), disk.evaluation(16)
     assert fit.points.shape == (16 * 16 + 16, 2) and int(fit.boundary.sum()) == 16
     radius = np.hypot(*np.asarray(fit.points).T)
     np.testing.assert_allclose(radius[np.asarray(fit.boundary)], 1.0, rtol=1e-15)
@@ -158,7 +158,9 @@ class _Recorder(eqx.Module):
 
     def stage(self, theta, target, key, iters, n_first, n_rest):
         self.targets.append(np.asarray(target))
-        return theta, None
+        nan, zero = jnp.full((), jnp.nan), jnp.zeros((), jnp.int32)
+        return theta, StageLog(loss=jnp.full(iters + 1, nan), lsq=jnp.full(iters, nan), final_loss=nan,
+                               iterations=zero, fallbacks=zero, zero_steps=zero)
 
 
 def test_stage_targets_hold_the_boundary_value():

@@ -155,7 +155,7 @@ def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None
     net = build_network(cfg)
     space = ParamSpace(net)
     quadrature = equation.quadrature(cfg.grid)
-    holdout = equation.holdout(cfg.grid, cfg.holdout.grid)
+    holdout = equation.holdout(cfg.grid, cfg.holdout.points(cfg.grid))
     theta, fit_info = None, None
     if fit:
         description = dict(

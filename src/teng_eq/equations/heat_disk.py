@@ -71,10 +71,10 @@ class HeatDisk(Equation):
     """Heat ``∂ₜu = ν Δu`` on the unit disk, u = 0 on the circle.
 
     Quadratures (``n`` = the config's ``grid``): the interior by
-    :func:`~teng_eq.grid.disk_quadrature` with n/2 Gauss–Legendre radii × n angles,
+    :func:`~teng_eq.grid.disk_quadrature` with n Gauss–Legendre radii × n angles,
     and, for the fits, n points on the circle of weight ``boundary_weight`` · 2π/n
     each (marked in :attr:`Quadrature.boundary`: their target is 0). The error norms
-    are on the disk only (m/2 × m interior points).
+    are on the disk only (m × m interior points).
     """
 
     boundary_weight: float = eqx.field(static=True)
@@ -101,16 +101,16 @@ class HeatDisk(Equation):
         )
 
     def quadrature(self, n: int) -> Quadrature:
-        """Interior (n/2 radii × n angles) and n boundary points, angles θ_j = 2πj/n."""
+        """Interior (n radii × n angles) and n boundary points, angles θ_j = 2πj/n."""
         return self._with_boundary(n, 0.0)
 
     def holdout(self, n: int, m: int) -> Quadrature:
         """The rule of :meth:`quadrature` (m) with every angle half a step of the
-        n-rule away from the fit's angles (its radii are m/2 other Gauss nodes)."""
+        n-rule away from the fit's angles (its m radii are other Gauss nodes)."""
         return self._with_boundary(m, m / (2 * n))
 
     def evaluation(self, m: int) -> Quadrature:
-        """The interior rule alone (m/2 radii × m angles): the error is measured on the disk."""
+        """The interior rule alone (m radii × m angles): the error is measured on the disk."""
         points, weights = disk_quadrature(m, m)
         return Quadrature(jnp.asarray(points), jnp.asarray(weights))
 
