@@ -248,7 +248,7 @@ def initial_parameters(
     k1, k2, k3 = jax.random.split(key, 3)
     target1 = jax.vmap(lambda x: _value_and_gradient(u0, x))(points)
     target2 = target1[:, 0]
-    norm = weight * float(jnp.sum(target2 * target2))
+    norm = float(stepper.norm2(target2))
     tol2 = fit.stage2_tol * norm
     sub2 = min(fit.stage2_subsample, space.size)
 
@@ -278,9 +278,11 @@ def initial_parameters(
         patience=fit.patience, log=log, label="θ₀ stage 2 (value)",
     )
     if fit.stage2_polish_iters > 0:
+        sqrt_w2 = 1.0 if sqrt_w is None else jnp.sqrt(jnp.asarray(weight))
         theta, loss2 = levenberg_marquardt(
-            lambda th: stepper.values(th) - target2, lambda th, subset: stepper.jacobian(th, subset)[1].T,
-            theta, weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
+            lambda th: (stepper.values(th) - target2) * sqrt_w2,
+            lambda th, subset: stepper.jacobian(th, subset)[1].T * jnp.reshape(sqrt_w2, (-1, 1)),
+            theta, weight if sqrt_w is None else 1.0, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
             patience=fit.patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
         )
     info = dict(
