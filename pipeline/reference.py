@@ -1,9 +1,12 @@
-"""Write a reference solution on a grid to an .npz file (``t`` (n_t,), ``u`` (n_t, M, M)).
+"""Write a reference solution to an .npz file (``t`` (n_t,), ``x`` (points, dim), ``u``).
 
     python pipeline/reference.py equation=allen_cahn t_final=4 save_times=[0.5,1,2,4] grid=512 out=ref.npz
 
-``u[k, i, j] = u(x_i, y_j, t_k)``, ``x_i = L i / grid``. Heat is exact; Allen–Cahn and
-Burgers come from the pseudo-spectral ETDRK4 solver (see :mod:`teng_eq.reference`).
+The equation is the composed ``equation`` group, built by its ``impl`` class like a
+run's; its reference scheme (exact, pseudo-spectral ETDRK4, Bessel series: see
+:mod:`teng_eq.reference`) computes the solution. ``u`` holds the values at the points
+of the equation's ``evaluation(grid)``: on a periodic box the grid itself,
+``u[k, i, j] = u(x_i, y_j, t_k)``, ``x_i = L i / grid``; on the disk one value per point.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from teng_eq.equations import INITIAL_CONDITIONS, make_equation
+from teng_eq.config import ConfigError
+from teng_eq.equations import build_equation
 from teng_eq.reference import reference_solution, save_npz
 
 
@@ -42,17 +46,16 @@ def main(cfg: DictConfig) -> None:
         _fail(f"save_times={save_times} must be numbers in (0, t_final={t_final}]")
     if not (isinstance(cfg.grid, int) and cfg.grid > 0):
         _fail(f"grid={cfg.grid} must be a positive integer")
-    if cfg.equation.initial_condition not in INITIAL_CONDITIONS:
-        _fail(f"equation.initial_condition={cfg.equation.initial_condition} is not one of "
-              f"{sorted(INITIAL_CONDITIONS)}")
+    try:
+        equation = build_equation(OmegaConf.to_container(cfg.equation, resolve=True))
+    except ConfigError as err:
+        _fail(str(err))
 
-    equation = make_equation(cfg.equation.name, cfg.equation.nu, cfg.equation.lengths)
     times = sorted({float(t) for t in save_times})  # the file's t is sorted, without repeats
     start = time.perf_counter()
-    solution = reference_solution(equation, times, cache_dir=cfg.cache_dir, n=cfg.n, dt=cfg.dt,
-                                  initial_condition=cfg.equation.initial_condition)
-    out = save_npz(Path(hydra.utils.get_original_cwd()) / cfg.out, solution, cfg.grid)
-    print(f"wrote {out}: {equation.name}, t={times}, {cfg.grid}x{cfg.grid} grid, "
+    solution = reference_solution(equation, times, cache_dir=cfg.cache_dir, n=cfg.n, dt=cfg.dt)
+    out = save_npz(Path(hydra.utils.get_original_cwd()) / cfg.out, equation, solution, cfg.grid)
+    print(f"wrote {out}: {equation.name}, t={times}, evaluation({cfg.grid}) points, "
           f"{time.perf_counter() - start:.1f} s")
 
 

@@ -97,10 +97,9 @@ def log_artifacts(run, cfg: DictConfig, run_cfg: RunConfig, result, name: str) -
                               result.step_loss, step_times, title=name)
         for png in ("error.png", "loss_iterations.png"):
             run.artifact(tmp / png, "plots")
-        if result.snapshots and run_cfg.equation.dim == 2:
-            shape = (run_cfg.eval_grid,) * 2
-            fields = {n: (u.reshape(shape), ref.reshape(shape)) for n, (u, ref) in result.snapshots.items()}
-            plots.density(tmp / "density.png", fields, result.times, run_cfg.equation.lengths, title=name)
+        if result.snapshots:
+            plots.density(tmp / "density.png", result.snapshots, result.times,
+                          run_cfg.equation.evaluation(run_cfg.eval_grid), title=name)
             run.artifact(tmp / "density.png", "plots")
 
 

@@ -18,7 +18,7 @@ from jaxtyping import Array, Float
 
 from teng_eq.checkpoint import CheckpointStore
 from teng_eq.config import ConfigError
-from teng_eq.equations import Heat
+from teng_eq.equations.heat import Heat
 from teng_eq.grid import cell_volume, grid_points
 from teng_eq.integrators import RK4
 from teng_eq.lstsq import SOLVERS

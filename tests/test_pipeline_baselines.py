@@ -51,17 +51,22 @@ def test_table1_presets_compose_one_valid_job_per_cell(preset):
     assert dict(sweeper) == {"+table1_case": "glob(*)"}
 
 
-@pytest.mark.parametrize("equation", ["allen_cahn", "burgers"])
-def test_engd_on_another_equation_stops_in_one_line(tmp_path, equation):
+@pytest.mark.parametrize(("method", "equation", "why"), [
+    ("pinn_engd", "allen_cahn", "runs only linear equations (the paper's heat equations)"),
+    ("pinn_engd", "burgers", "runs only linear equations (the paper's heat equations)"),
+    ("pinn_engd", "heat_disk", "needs a periodic domain (it has no boundary term)"),
+    ("obti_adam", "heat_disk", "needs a periodic domain (it has no boundary term)"),
+    ("tdvp_rk4", "heat_disk", "needs a periodic domain (it has no boundary term)"),
+])
+def test_a_method_on_an_equation_it_does_not_run_stops_in_one_line(tmp_path, method, equation, why):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "sweep.py"), "method=pinn_engd",
+    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "sweep.py"), f"method={method}",
                            f"equation={equation}", f"tracking_uri={uri}"],
                           check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")})
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert last == (f"error: invalid config: equation='{equation}': method pinn_engd supports only heat, "
-                    "heat3d (as in the paper)")
+    assert last == f"error: invalid config: equation='{equation}': method {method} {why}"
     assert not (tmp_path / "cache").exists()
 
 

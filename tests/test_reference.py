@@ -9,14 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_config
 
-from teng_eq.equations import make_equation, paper_initial_condition
+from teng_eq.equations.periodic import SQUARE_INITIAL_CONDITIONS, paper_initial_condition
 from teng_eq.grid import grid_axes
-from teng_eq import reference as ref
 from teng_eq.reference import (
+    ExactFourier,
+    Pseudospectral,
     SpectralSolution,
+    etdrk4,
     etdrk4_coefficients,
-    heat_exact,
     reference_solution,
     save_npz,
     spectral_solve,
@@ -24,7 +26,19 @@ from teng_eq.reference import (
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_PI = 2.0 * math.pi
-PAPER_NU = {"heat": 0.1, "allen_cahn": 0.005, "burgers": 0.01}
+
+
+def make_equation(name, *overrides):
+    """The equation of ``conf/equation/<name>.yaml`` (the paper's ν), as a run builds it."""
+    return make_config(f"equation={name}", *overrides).equation
+
+
+def heat_exact(eq, times, n_modes=64):
+    return ExactFourier(n_modes).solution(eq, np.asarray(times, dtype=np.float64))
+
+
+#: ETDRK4 on the heat equation (degree 1), to check it against the exact solution.
+HEAT_ETDRK4 = Pseudospectral(degree=1, resolution=((math.inf, 64, 1e-2),))
 
 
 def rel_l2(a, b) -> float:
@@ -105,7 +119,7 @@ def test_etdrk4_coefficients_limits_and_closed_forms():
 
 
 def test_step_sizes_hit_every_time():
-    plan = ref._step_sizes(np.array([0.0, 0.5, 1.0, 1.25, 1.25]), 0.2)
+    plan = etdrk4._step_sizes(np.array([0.0, 0.5, 1.0, 1.25, 1.25]), 0.2)
     assert [s for _, s in plan] == [0, 3, 3, 2, 0]
     np.testing.assert_allclose([h * s for h, s in plan], [0, 0.5, 0.5, 0.25, 0], rtol=1e-15)
     assert all(h <= 0.2 for h, _ in plan)
@@ -116,7 +130,7 @@ def test_step_sizes_hit_every_time():
 
 def test_heat_exact_initial_condition():
     """64 modes resolve the paper's u₀ to round-off, on any grid."""
-    eq = make_equation("heat", PAPER_NU["heat"])
+    eq = make_equation("heat")
     sol = heat_exact(eq, [0.0])
     x, y = mesh(96)
     u0 = paper_initial_condition(np.stack([x, y]))
@@ -125,12 +139,13 @@ def test_heat_exact_initial_condition():
 
 def test_heat_exact_single_mode():
     """û(t) = e^{−ν|k|²t} û(0): check on the coefficient of the largest mode directly."""
-    eq = make_equation("heat", PAPER_NU["heat"])
+    eq = make_equation("heat")
     sol = heat_exact(eq, [0.0, 1.0, 4.0])
-    i, j = np.unravel_index(np.argmax(np.abs(sol.coef[0])), sol.coef[0].shape)
+    coef = np.stack([sol.spectrum(k) for k in range(3)])
+    i, j = np.unravel_index(np.argmax(np.abs(coef[0])), coef[0].shape)
     m1 = np.fft.fftfreq(sol.n, 1.0 / sol.n)[i]
-    decay = np.exp(-PAPER_NU["heat"] * (m1**2 + j**2) * np.array([0.0, 1.0, 4.0]))
-    np.testing.assert_allclose(sol.coef[:, i, j], decay * sol.coef[0, i, j], rtol=1e-14)
+    decay = np.exp(-eq.nu * (m1**2 + j**2) * np.array([0.0, 1.0, 4.0]))
+    np.testing.assert_allclose(coef[:, i, j], decay * coef[0, i, j], rtol=1e-14)
 
 
 def two_modes(x):
@@ -139,25 +154,23 @@ def two_modes(x):
 
 def test_other_initial_condition_heat_analytic(monkeypatch):
     """u = e^{−2νt} sin x sin y + ½ e^{−5νt} cos(2x + y), from a registered u₀."""
-    monkeypatch.setitem(ref.INITIAL_CONDITIONS, "two_modes", two_modes)
-    nu, t = PAPER_NU["heat"], 1.5
-    eq = make_equation("heat", nu)
+    monkeypatch.setitem(SQUARE_INITIAL_CONDITIONS, "two_modes", two_modes)
+    eq = make_equation("heat", "equation.initial_condition=two_modes")
+    nu, t = eq.nu, 1.5
     x, y = mesh(24)
     exact = (np.exp(-2 * nu * t) * np.sin(x) * np.sin(y)
              + 0.5 * np.exp(-5 * nu * t) * np.cos(2 * x + y))
-    sol = heat_exact(eq, [t], n_modes=16, initial_condition="two_modes")
+    sol = heat_exact(eq, [t], n_modes=16)
     assert np.abs(sol.at(0, 24) - exact).max() < 1e-15
-    num = spectral_solve(eq, [t], n=16, dt=0.1, initial_condition="two_modes")
+    num = HEAT_ETDRK4.solve(eq, [t], n=16, dt=0.1)
     assert np.abs(num.at(0, 24) - exact).max() < 1e-14
-    with pytest.raises(ValueError, match="unknown initial condition"):
-        heat_exact(eq, [t], initial_condition="nope")
 
 
 def test_heat_spectral_solve_matches_exact():
-    eq = make_equation("heat", PAPER_NU["heat"])
+    eq = make_equation("heat")
     times = [1.0, 4.0]
     exact = heat_exact(eq, times)
-    num = spectral_solve(eq, times, n=64, dt=0.01)
+    num = HEAT_ETDRK4.solve(eq, times, n=64, dt=0.01)
     for k in range(len(times)):
         assert rel_l2(num.at(k, 128), exact.at(k, 128)) < 1e-10
 
@@ -167,7 +180,7 @@ def test_heat_spectral_solve_matches_exact():
 
 def self_convergence(name, t, n, dt):
     """(modes: n vs 2n, steps: dt vs dt/2) relative L² differences at time t, on the 2n grid."""
-    eq = make_equation(name, PAPER_NU[name])
+    eq = make_equation(name)
     base = spectral_solve(eq, [t], n=n, dt=dt).at(0, 2 * n)
     fine_n = spectral_solve(eq, [t], n=2 * n, dt=dt).at(0, 2 * n)
     fine_dt = spectral_solve(eq, [t], n=n, dt=dt / 2).at(0, 2 * n)
@@ -176,26 +189,30 @@ def self_convergence(name, t, n, dt):
 
 @pytest.mark.parametrize("name", ["allen_cahn", "burgers"])
 def test_self_convergence_t1_defaults(name):
-    d_modes, d_steps = self_convergence(name, 1.0, *ref.default_resolution(name, 1.0))
+    d_modes, d_steps = self_convergence(name, 1.0, *make_equation(name).reference_scheme().default(1.0))
     assert d_modes < 1e-10 and d_steps < 1e-10, (d_modes, d_steps)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["allen_cahn", "burgers"])
 def test_self_convergence_t4_defaults(name):
-    d_modes, d_steps = self_convergence(name, 4.0, *ref.default_resolution(name, 4.0))
+    d_modes, d_steps = self_convergence(name, 4.0, *make_equation(name).reference_scheme().default(4.0))
     assert d_modes < 1e-10 and d_steps < 1e-10, (d_modes, d_steps)
 
 
-def test_default_resolution_by_horizon():
-    assert ref.default_resolution("burgers", 0.5) == ref.default_resolution("burgers", 1.0)
-    assert ref.default_resolution("burgers", 4.0)[0] > ref.default_resolution("burgers", 1.0)[0]
-    assert ref.default_resolution("burgers", 10.0) == ref.default_resolution("burgers", 4.0)
-    assert ref.default_resolution("heat", 4.0) == (64, None)
+def test_default_resolution_by_horizon_and_viscosity():
+    scheme = make_equation("burgers").reference_scheme()
+    assert scheme.default(0.5) == scheme.default(1.0)
+    assert scheme.default(4.0)[0] > scheme.default(1.0)[0]
+    assert scheme.default(10.0) == scheme.default(4.0)
+    # Smaller ν, steeper fronts: more modes at every horizon.
+    thin = make_equation("burgers", "equation.nu=0.003").reference_scheme()
+    assert all(thin.default(t)[0] > scheme.default(t)[0] for t in (1.0, 4.0))
+    assert make_equation("heat").reference_scheme() == ExactFourier(64)
 
 
 def test_spectral_solve_outputs_requested_times():
-    eq = make_equation("burgers", PAPER_NU["burgers"])
+    eq = make_equation("burgers")
     sol = spectral_solve(eq, [0.0, 0.01, 0.025], n=32, dt=0.004)
     np.testing.assert_array_equal(sol.times, [0.0, 0.01, 0.025])
     x, y = mesh(32)
@@ -210,7 +227,7 @@ def test_spectral_solve_outputs_requested_times():
 
 
 def test_reference_solution_cache(tmp_path, monkeypatch):
-    eq = make_equation("allen_cahn", PAPER_NU["allen_cahn"])
+    eq = make_equation("allen_cahn")
     times = np.array([0.0, 0.05, 0.1])
     first = reference_solution(eq, times, cache_dir=tmp_path, n=32, dt=0.01)
     files = list(tmp_path.glob("reference-*.npz"))
@@ -219,40 +236,46 @@ def test_reference_solution_cache(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("recomputed despite the cache")
 
-    monkeypatch.setattr(ref, "spectral_solve", fail)
+    monkeypatch.setattr(etdrk4, "solve", fail)
     second = reference_solution(eq, times, cache_dir=tmp_path, n=32, dt=0.01)
-    np.testing.assert_array_equal(second.coef, first.coef)
+    for k in range(3):
+        np.testing.assert_array_equal(second.spectrum(k), first.spectrum(k))
     np.testing.assert_array_equal(second.times, first.times)
     assert second.lengths == first.lengths
-    # Another key (here: the times, the initial condition) is another file.
+    # Another key (here: the times, the initial condition, ν) is another file.
     monkeypatch.undo()
     reference_solution(eq, times[:2], cache_dir=tmp_path, n=32, dt=0.01)
-    monkeypatch.setitem(ref.INITIAL_CONDITIONS, "two_modes", two_modes)
-    other = reference_solution(
-        eq, times, cache_dir=tmp_path, n=32, dt=0.01, initial_condition="two_modes"
-    )
-    assert len(list(tmp_path.glob("reference-*.npz"))) == 3
-    assert not np.allclose(other.coef[0], first.coef[0])
+    monkeypatch.setitem(SQUARE_INITIAL_CONDITIONS, "two_modes", two_modes)
+    other = reference_solution(make_equation("allen_cahn", "equation.initial_condition=two_modes"), times,
+                               cache_dir=tmp_path, n=32, dt=0.01)
+    reference_solution(make_equation("allen_cahn", "equation.nu=0.01"), times, cache_dir=tmp_path, n=32, dt=0.01)
+    assert len(list(tmp_path.glob("reference-*.npz"))) == 4
+    assert not np.allclose(other.spectrum(0), first.spectrum(0))
 
 
-def test_reference_solution_no_cache_and_env(tmp_path, monkeypatch):
+def test_exact_references_are_not_cached(tmp_path, monkeypatch):
+    """The exact scheme costs less than reading a file: nothing is written, not even
+    to $TENG_EQ_CACHE; an ETDRK4 one goes there by default."""
     monkeypatch.setenv("TENG_EQ_CACHE", str(tmp_path / "env"))
-    eq = make_equation("heat", PAPER_NU["heat"])
-    reference_solution(eq, [0.5], cache_dir=False)
+    reference_solution(make_equation("heat"), [0.5])
     assert not (tmp_path / "env").exists()
-    sol = reference_solution(eq, [0.5])
+    eq = make_equation("burgers")
+    reference_solution(eq, [0.01], n=16, dt=0.01, cache_dir=False)
+    assert not (tmp_path / "env").exists()
+    reference_solution(eq, [0.01], n=16, dt=0.01)
     assert len(list((tmp_path / "env").glob("reference-*.npz"))) == 1
-    np.testing.assert_array_equal(sol.coef, heat_exact(eq, [0.5]).coef)
 
 
 def test_save_npz(tmp_path):
-    eq = make_equation("heat", PAPER_NU["heat"])
+    """``u[k, i, j] = u(x_i, y_j, t_k)`` on the grid, ``x`` the points; at t = 0 u₀."""
+    eq = make_equation("heat")
     sol = heat_exact(eq, [0.0, 1.0])
-    path = save_npz(tmp_path / "ref.data", sol, 48)
+    path = save_npz(tmp_path / "ref.data", eq, sol, 48)
     assert path == tmp_path / "ref.data"
     with np.load(path) as data:
         np.testing.assert_array_equal(data["t"], [0.0, 1.0])
         assert data["u"].shape == (2, 48, 48) and data["u"].dtype == np.float64
+        np.testing.assert_array_equal(data["x"], np.asarray(eq.evaluation(48).points))
         x, y = mesh(48)
         u0 = paper_initial_condition(np.stack([x, y]))
         np.testing.assert_allclose(data["u"][0], u0, atol=1e-15)
@@ -264,7 +287,7 @@ def test_save_npz(tmp_path):
 def run_script(cwd, *overrides):
     return subprocess.run(
         [sys.executable, str(ROOT / "pipeline" / "reference.py"), *overrides],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
+        cwd=cwd, capture_output=True, text=True, timeout=300, check=False,
     )
 
 
@@ -277,7 +300,7 @@ def test_script_writes_npz(tmp_path):
     with np.load(tmp_path / "ref.npz") as data:
         np.testing.assert_array_equal(data["t"], [0.05, 0.1])
         assert data["u"].shape == (2, 64, 64)
-        expected = spectral_solve(make_equation("allen_cahn", 0.005), [0.05, 0.1], n=32)
+        expected = spectral_solve(make_equation("allen_cahn"), [0.05, 0.1], n=32)
         np.testing.assert_allclose(data["u"], expected.on_grid(64), rtol=0, atol=1e-15)
     # No Hydra output folders or logs beside the result.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "ref.npz"]
@@ -289,3 +312,9 @@ def test_script_rejects_save_times_outside_horizon(tmp_path):
     assert "save_times" in proc.stderr and "0.2" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_script_rejects_a_bad_equation_value(tmp_path):
+    proc = run_script(tmp_path, "equation.nu=-1", "cache_dir=false")
+    assert proc.returncode != 0
+    assert "equation.nu=-1" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

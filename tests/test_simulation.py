@@ -30,11 +30,12 @@ def heun_run(cache_dir):
 def test_heun_run_tracks_exact_heat(heun_run):
     r = heun_run
     assert r.rel_l2.shape == (21,) and r.step_loss.shape == (20,)
-    assert r.rel_l2[0] < 1e-6  # θ₀ fit
+    # 32² nodes for 8,361 parameters: the fits are looser between the nodes than
+    # on them (θ₀: 1.2e-7 relative on the nodes, 2.9e-6 on the 64² evaluation
+    # grid), well short of the failing held-out ratio.
+    assert r.rel_l2[0] < 1e-5
     assert r.global_rel_l2 < 1e-5
-    assert np.median(r.step_loss) < 1e-13
-    # 32² nodes for 8,361 parameters: the fits are somewhat looser between the
-    # nodes than on them, well short of the failing ratio.
+    assert np.median(r.step_loss) < 1e-11
     ratio = r.scalars["holdout_ratio"]
     assert r.holdout_flag in ("ok", "warn") and np.all(ratio < 1e3), ratio
     assert r.events == {"fallbacks": 0, "zero_steps": 0}
@@ -66,11 +67,18 @@ def _slope(dts, errs):
 
 def test_convergence_orders(cache_dir):
     """TENG-Euler is first order, TENG-Heun second. TENG-RK4's time error is far
-    below the optimisation floor (~1e-7–1e-6 here), so it is only checked to be
-    below TENG-Heun at every Δt and well below at the largest."""
+    below the optimisation floor, so it is only checked to be below TENG-Heun at
+    every Δt and well below at the largest.
+
+    The network is the earlier, linearly fed embedding (``identity``, ``legacy``
+    init): on this 32² grid the paper's network (8,361 parameters, 1,024 nodes)
+    fits looser between the nodes (floor ~4e-6 on the 64² evaluation grid) than
+    this one (~1e-7–1e-6), which would hide Heun's time error at these Δt; the
+    order is the integrator's, whatever the network."""
     dts = [0.01, 0.02, 0.04]
+    linear = ["network.embedding_activation=identity", "network.init=legacy"]
     errs = {
-        name: [run_simulation(small(f"method=teng_{name}", f"dt={dt}"), cache_dir=cache_dir).rel_l2[-1]
+        name: [run_simulation(small(f"method=teng_{name}", f"dt={dt}", *linear), cache_dir=cache_dir).rel_l2[-1]
                for dt in dts]
         for name in ("euler", "heun", "rk4")
     }

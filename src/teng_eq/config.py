@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from teng_eq.lstsq import SOLVERS
 from teng_eq.stepper import Stopping
@@ -163,17 +163,28 @@ class FitConfig:
 @dataclasses.dataclass(frozen=True)
 class HoldoutConfig:
     """The held-out check of every step (:mod:`teng_eq.integrators`): ``grid``
-    points per dimension at cell centres of the quadrature grid (dividing it); a
-    run whose held-out loss exceeds its training loss more than ``warn`` times
-    is flagged, more than ``fail`` times it fails."""
+    points per dimension at cell centres of the quadrature grid (dividing it;
+    None: :attr:`AUTO_MAX` or the largest divisor of the quadrature grid below it,
+    see :meth:`points`); a run whose held-out loss exceeds its training loss more
+    than ``warn`` times is flagged, more than ``fail`` times it fails."""
 
-    grid: int
+    grid: int | None
     warn: float
     fail: float
 
+    #: Held-out points per dimension at most, when ``grid`` is None: a few per
+    #: feature of the solution, at a cost small beside the fit's grid.
+    AUTO_MAX: ClassVar[int] = 32
+
+    def points(self, quadrature_grid: int) -> int:
+        """Held-out points per dimension for a quadrature grid of ``quadrature_grid``."""
+        if self.grid is not None:
+            return self.grid
+        return max(d for d in range(1, min(self.AUTO_MAX, quadrature_grid) + 1) if quadrature_grid % d == 0)
+
     def validate(self, prefix: str) -> None:
-        if self.grid < 2:
-            bad(f"{prefix}.grid", self.grid, "must be an integer >= 2")
+        if self.grid is not None and self.grid < 2:
+            bad(f"{prefix}.grid", self.grid, "must be an integer >= 2 (or null: automatic)")
         if not 1 < self.warn <= self.fail:
             bad(f"{prefix}.warn", self.warn, f"must be > 1 and <= {prefix}.fail={self.fail}")
 
@@ -283,7 +294,7 @@ class RunConfig:
         for key in ("grid", "eval_grid"):
             if getattr(self, key) < 8:
                 bad(key, getattr(self, key), "must be an integer >= 8")
-        if self.grid % self.holdout.grid:
+        if self.holdout.grid is not None and self.grid % self.holdout.grid:
             bad("holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
         if self.stopping.min_iters > min(self.iters, self.iters_later):
             bad("stopping.min_iters", self.stopping.min_iters,

@@ -181,16 +181,18 @@ def _value_gradient_rows(stepper: Stepper):
 def odd_under_half_shift(equation: Equation, grid: int, tol: float = 1e-12) -> bool:
     """Whether the solution stays odd under ``x → x + L/2`` (all dimensions at once),
     as far as the grid can tell: ``u₀`` and ``L[u₀]`` both change sign under the
-    shift (to ``tol`` relative), and the ``grid``-point grid maps onto itself (grid even).
+    shift (to ``tol`` relative), and the ``grid``-point grid maps onto itself (grid even,
+    a periodic domain).
 
     Where it holds, the network can start odd (``init="odd"``,
     :mod:`teng_eq.model`) and every fit keeps it odd: see
     :func:`resolve_init`.
     """
-    if grid % 2 or not getattr(equation, "periodic", True):
+    periods = equation.periods
+    if grid % 2 or periods is None:
         return False
-    points = grid_points(grid, equation.lengths)
-    shifted = points + 0.5 * jnp.asarray(equation.lengths)
+    points = grid_points(grid, periods)
+    shifted = points + 0.5 * jnp.asarray(periods)
     f = jax.vmap(equation.u0)
     for a, b in ((f(points), f(shifted)),
                  (operator(equation, f, points), operator(equation, f, shifted))):
@@ -246,17 +248,25 @@ def initial_parameters(
     k1, k2, k3 = jax.random.split(key, 3)
     target1 = jax.vmap(lambda x: _value_and_gradient(u0, x))(points)
     target2 = target1[:, 0]
-    norm = weight * float(jnp.sum(target2 * target2))
+    norm = float(stepper.norm2(target2))
     tol2 = fit.stage2_tol * norm
     sub2 = min(fit.stage2_subsample, space.size)
 
+    # Per-point quadrature weights (a non-uniform rule): residual rows scaled by √wₙ.
+    sqrt_w = None if jnp.ndim(weight) == 0 else jnp.repeat(jnp.sqrt(jnp.asarray(weight)), target1.shape[1])
+    rows = _value_gradient_rows(stepper)
+
     def residual1(theta):
         net = space.network(theta)
-        return jax.vmap(lambda x: _value_and_gradient(net, x))(points) - target1
+        r = jax.vmap(lambda x: _value_and_gradient(net, x))(points) - target1
+        return r if sqrt_w is None else r.reshape(-1) * sqrt_w
+
+    def jacobian1(theta, subset):
+        return rows(theta, subset) if sqrt_w is None else rows(theta, subset) * sqrt_w[:, None]
 
     t0 = time.perf_counter()
     theta, loss1 = levenberg_marquardt(
-        residual1, _value_gradient_rows(stepper), space.flatten(net), weight, key=k1,
+        residual1, jacobian1, space.flatten(net), weight if sqrt_w is None else 1.0, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
         max_iters=fit.stage1_max_iters, log=log, label="θ₀ stage 1 (value+gradient)",
     )
@@ -268,9 +278,11 @@ def initial_parameters(
         patience=fit.patience, log=log, label="θ₀ stage 2 (value)",
     )
     if fit.stage2_polish_iters > 0:
+        sqrt_w2 = 1.0 if sqrt_w is None else jnp.sqrt(jnp.asarray(weight))
         theta, loss2 = levenberg_marquardt(
-            lambda th: stepper.values(th) - target2, lambda th, subset: stepper.jacobian(th, subset)[1].T,
-            theta, weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
+            lambda th: (stepper.values(th) - target2) * sqrt_w2,
+            lambda th, subset: stepper.jacobian(th, subset)[1].T * jnp.reshape(sqrt_w2, (-1, 1)),
+            theta, weight if sqrt_w is None else 1.0, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
             patience=fit.patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
         )
     info = dict(

@@ -20,10 +20,11 @@ j−1 (the previous stage's network is the best warm start we have):
   θ₃ fits ``û_t + Δt k₃`` (from θ₂), ``k₄ = L[û_{θ₃}]``;
   θ_{t+Δt} fits ``û_t + Δt (k₁ + 2k₂ + 2k₃ + k₄)/6`` (from θ₃).
 
-Every target is built from ``û_t`` on the quadrature grid; the first fit of a step
-runs at most ``iters`` iterations (its first drawing ``subsample_first``
-parameters), the later fits at most ``iters_later`` (exactly these under the
-``fixed`` stopping policy of :mod:`teng_eq.stepper`).
+Every target is built from ``û_t`` on the quadrature grid, except on the rows of
+a Dirichlet boundary (``boundary``), where it is the boundary value 0; the first
+fit of a step runs at most ``iters`` iterations (its first drawing
+``subsample_first`` parameters), the later fits at most ``iters_later`` (exactly
+these under the ``fixed`` stopping policy of :mod:`teng_eq.stepper`).
 
 **Held-out check.** A fit can match its target on the quadrature nodes and go
 wild between them (a network with more parameters than nodes can interpolate),
@@ -33,8 +34,8 @@ final fit on ``holdout`` points that no fit uses: the same target function
 ``û_{θ_{t+Δt}}``. On a resolved, well-behaved fit both losses estimate the same
 ``‖r‖²_{L²}`` and agree; ``holdout_loss ≫ loss`` says the fit overfits the nodes.
 Their ratio is taken against ``max(loss, ε·‖target‖²)`` (ε the float64 machine
-epsilon: a loss below it is round-off), so that two losses both at round-off level never read as a
-large ratio.
+epsilon: a loss below it is round-off), so that two losses both at round-off
+level never read as a large ratio.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from teng_eq.equations import Equation, operator
 from teng_eq.stepper import StageLog, Stepper
@@ -101,8 +102,10 @@ class TENGStep(eqx.Module):
     nodes, least squares, stopping policy), the ``equation``, ``dt``; the caps
     ``iters`` (first stage) and ``iters_later``; the parameters drawn on a step's
     first iteration (``subsample_first``) and on the others (``subsample``);
-    ``holdout`` points (m × dim) and their quadrature weight ``holdout_weight``
-    for the held-out check (module docstring), or ``None``.
+    ``holdout`` points (m × dim) and their quadrature weight ``holdout_weight`` (one
+    number or one per point) for the held-out check (module docstring), or ``None``;
+    the rows of the nodes (``boundary``) and of the held-out points
+    (``holdout_boundary``) on a Dirichlet boundary, or ``None``.
     """
 
     integrator: Integrator
@@ -114,7 +117,11 @@ class TENGStep(eqx.Module):
     subsample_first: int = eqx.field(static=True)
     subsample: int = eqx.field(static=True)
     holdout: Float[Array, "m dim"] | None = None
-    holdout_weight: float = eqx.field(static=True, default=0.0)
+    holdout_weight: float | Float[Array, " m"] = 0.0
+    # Rows of the quadrature / of the held-out points on a Dirichlet boundary (u = 0
+    # there); None: no boundary.
+    boundary: Bool[Array, " n"] | None = None
+    holdout_boundary: Bool[Array, " m"] | None = None
 
     def rhs(self, theta: Float[Array, " params"], points=None) -> Float[Array, " n"]:
         """``L[û_θ]`` on ``points`` (default: the quadrature grid)."""
@@ -129,6 +136,10 @@ class TENGStep(eqx.Module):
         points = self.stepper.points
         if self.holdout is not None:
             points = jnp.concatenate([points, self.holdout])
+        on_boundary = None
+        if self.boundary is not None:
+            on_boundary = self.boundary if self.holdout is None else jnp.concatenate(
+                [self.boundary, self.holdout_boundary])
         u_t = self.stepper.space.apply(theta, points)
         slopes = [self.rhs(theta, points)]
         keys = jax.random.split(key, self.integrator.stages)
@@ -136,6 +147,8 @@ class TENGStep(eqx.Module):
         logs = []
         for j, c in enumerate(coeffs):
             target = u_t + self.dt * sum(cj * k for cj, k in zip(c, slopes) if cj != 0.0)
+            if on_boundary is not None:
+                target = jnp.where(on_boundary, 0.0, target)
             if j == 0:
                 theta, log = self.stepper.stage(
                     theta, target[:n], keys[j], self.iters, self.subsample_first, self.subsample
@@ -152,7 +165,7 @@ class TENGStep(eqx.Module):
             holdout_loss = ratio = jnp.full((), jnp.nan, theta.dtype)
         else:
             r = self.stepper.space.apply(theta, self.holdout) - target[n:]
-            holdout_loss = self.holdout_weight * jnp.sum(r * r)
-            scale = self.holdout_weight * jnp.sum(target[n:] ** 2)
+            holdout_loss = jnp.sum(self.holdout_weight * r * r)
+            scale = jnp.sum(self.holdout_weight * target[n:] ** 2)
             ratio = holdout_loss / jnp.maximum(loss, jnp.finfo(scale.dtype).eps * scale)
         return theta, StepLog(stages=tuple(logs), loss=loss, holdout_loss=holdout_loss, holdout_ratio=ratio)

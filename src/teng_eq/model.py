@@ -83,9 +83,13 @@ class PeriodicEmbedding(eqx.Module):
 
 class TENGNet(eqx.Module):
     """Scalar network ``û: ℝᵈ → ℝ``; the embedding takes ``embedding_activation``,
-    the ``hidden`` layers tanh, ``output`` nothing."""
+    the ``hidden`` layers tanh, ``output`` nothing.
 
-    embedding: PeriodicEmbedding
+    ``periodic=False`` drops the embedding: the first layer takes x itself (the
+    paper's network on the disk, where the domain is not periodic).
+    """
+
+    embedding: PeriodicEmbedding | None  # None: plain Cartesian input (non-periodic domains)
     hidden: tuple[eqx.nn.Linear, ...]
     output: eqx.nn.Linear
     embedding_activation: str = eqx.field(static=True)
@@ -101,6 +105,7 @@ class TENGNet(eqx.Module):
         embedding_activation: str = "tanh",
         init: str = "odd",
         *,
+        periodic: bool = True,
         key: PRNGKeyArray,
     ):
         if depth < 3:
@@ -115,8 +120,8 @@ class TENGNet(eqx.Module):
         keys = jax.random.split(key, depth)
         self.embedding_activation = embedding_activation
         self.init = init
-        self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0], init=init)
-        sizes = [dim * features] + [width] * (depth - 2)
+        self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0], init=init) if periodic else None
+        sizes = [dim * features if periodic else dim] + [width] * (depth - 2)
         hidden = [eqx.nn.Linear(n_in, n_out, key=k) for n_in, n_out, k in zip(sizes[:-1], sizes[1:], keys[1:-1])]
         output = eqx.nn.Linear(width, "scalar", key=keys[-1])
         if init != "legacy":
@@ -133,7 +138,9 @@ class TENGNet(eqx.Module):
         self.output = output
 
     def features(self, x: Float[Array, " dim"]) -> Float[Array, " dim*features"]:
-        """``σ(e(x))``: what the first dense layer sees."""
+        """``σ(e(x))`` (x itself without the embedding): what the first dense layer sees."""
+        if self.embedding is None:
+            return x
         e = self.embedding(x)
         return jnp.tanh(e) if self.embedding_activation == "tanh" else e
 
@@ -178,14 +185,19 @@ class TENGNet(eqx.Module):
         """
         emb = self.embedding
         n = points.shape[0]
-        kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
-        ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
-        cphi, sphi = jnp.cos(emb.phi)[:, :, None], jnp.sin(emb.phi)[:, :, None]
-        cos = ckx * cphi - skx * sphi  # (dim, features, n)
-        sin = skx * cphi + ckx * sphi
-        h = (emb.a[:, :, None] * cos + emb.c[:, :, None]).reshape(-1, n)
-        if self.embedding_activation == "tanh":
-            h = jnp.tanh(h)
+        if emb is None:
+            # Cartesian input: the first layer sees x itself; no embedding factors.
+            h, head = points.T, [jnp.ones((1, n), points.dtype)]
+        else:
+            kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
+            ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
+            cphi, sphi = jnp.cos(emb.phi)[:, :, None], jnp.sin(emb.phi)[:, :, None]
+            cos = ckx * cphi - skx * sphi  # (dim, features, n)
+            sin = skx * cphi + ckx * sphi
+            h = (emb.a[:, :, None] * cos + emb.c[:, :, None]).reshape(-1, n)
+            head = [jnp.ones((1, n), h.dtype), cos.reshape(-1, n), (-emb.a[:, :, None] * sin).reshape(-1, n)]
+            if self.embedding_activation == "tanh":
+                h = jnp.tanh(h)
         inputs = []
         for layer in self.hidden:
             inputs.append(h)
@@ -199,28 +211,28 @@ class TENGNet(eqx.Module):
             g = (w_next.T @ g) * (1.0 - h_out**2)
             gs.append(g)
             w_next = layer.weight
-        g = w_next.T @ g
-        if self.embedding_activation == "tanh":
-            g = g * (1.0 - inputs[0] ** 2)
-        gs.append(g)
+        if emb is not None:
+            g = w_next.T @ g
+            if self.embedding_activation == "tanh":
+                g = g * (1.0 - inputs[0] ** 2)
+            gs.append(g)
         Gt = jnp.concatenate(gs[::-1], axis=0)
-        Ht = jnp.concatenate(
-            [jnp.ones((1, n), u.dtype), cos.reshape(-1, n), (-emb.a[:, :, None] * sin).reshape(-1, n)]
-            + inputs,
-            axis=0,
-        )
+        Ht = jnp.concatenate(head + inputs, axis=0)
         return u, Gt, Ht
 
     def factor_columns(self) -> tuple[Int[np.ndarray, " params"], Int[np.ndarray, " params"]]:
         """Flat ``(gcol, hcol)`` index arrays for :meth:`jacobian_factors`, in the
         order of ``ravel_pytree`` over the parameters."""
-        n_emb = self.embedding.a.size
+        n_emb = 0 if self.embedding is None else self.embedding.a.size
+        n_in = self.hidden[0].weight.shape[1]  # the first layer's input: e, or x itself
         widths = [layer.weight.shape[0] for layer in self.hidden]
         g_off = np.cumsum([0, n_emb] + widths)  # start of ∂û/∂e, ∂û/∂z₁, …, ∂û/∂z_out
-        in_off = np.cumsum([1 + 2 * n_emb, n_emb] + widths)  # start of e, h₁, …, h_L
-        emb = np.arange(n_emb).reshape(self.embedding.a.shape)
-        g_cols = [emb, emb, emb]
-        h_cols = [1 + emb, 1 + n_emb + emb, np.zeros_like(emb)]
+        in_off = np.cumsum([1 + 2 * n_emb, n_in] + widths)  # start of e (or x), h₁, …, h_L
+        g_cols, h_cols = [], []
+        if self.embedding is not None:
+            emb = np.arange(n_emb).reshape(self.embedding.a.shape)
+            g_cols = [emb, emb, emb]
+            h_cols = [1 + emb, 1 + n_emb + emb, np.zeros_like(emb)]
         layers = list(self.hidden) + [self.output]
         for l, layer in enumerate(layers):
             n_out, n_in = layer.weight.shape

@@ -76,39 +76,64 @@ def loss_iterations(path: Path, table, steps, step_loss=None, step_times=None, t
     return Path(path)
 
 
-def density(path: Path, snapshots, times, lengths, title: str = "") -> Path:
-    """Reference, TENG and their difference as 2-D density plots at a few times
-    (paper Fig. burgers_color); ``snapshots`` maps step → (TENG, reference).
-    Each row shares one colour scale (the difference's symmetric about 0), so
-    the times compare at a glance."""
+def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
+    """Reference, TENG and their difference as density plots at a few times (paper Fig.
+    burgers_color); ``snapshots`` maps step → (TENG, reference), each the values at the
+    points of ``evaluation`` (the equation's :class:`~teng_eq.equations.Quadrature`).
+
+    On a 2-D grid (``evaluation.grid_shape``) the fields are images; on a 3-D grid, the
+    slice through the middle of the last axis; on scattered 2-D points (the disk), a
+    triangulated colour map on the domain. Each row shares one colour scale (the
+    difference's symmetric about 0), so the times compare at a glance."""
     steps = sorted(snapshots)
-    # A panel is ~250 px wide: more points than that only slow the drawing.
-    fields = {}
-    for n in steps:
-        teng, ref = (np.asarray(f) for f in snapshots[n])
-        stride = max(1, ref.shape[0] // 128)
-        fields[n] = (ref[::stride, ::stride], teng[::stride, ::stride])
+    points = np.asarray(evaluation.points)
+    shape = evaluation.grid_shape
+    where = ""
+    if shape is not None:
+        grid = points.reshape(*shape, points.shape[1])
+        # A panel is ~250 px wide: more points than that only slow the drawing.
+        stride = max(1, shape[0] // 128)
+        pick = (slice(None, None, stride),) * 2
+        if len(shape) == 3:
+            pick, where = pick + (shape[2] // 2,), f", x₃ = {grid[0, 0, shape[2] // 2, 2]:.3g}"
+        elif len(shape) != 2:
+            raise ValueError(f"density plots need a 2-D or 3-D grid, got {shape}")
+
+        def cut(values):
+            # field[i, j] = u(x_i, y_j): transposed so that x runs along the horizontal axis.
+            return np.asarray(values).reshape(shape)[pick].T
+
+        xy = grid[pick]
+        extent = (float(xy[..., 0].min()), float(xy[..., 0].max()), float(xy[..., 1].min()), float(xy[..., 1].max()))
+    else:
+        cut = np.asarray
+    fields = {n: (cut(snapshots[n][1]), cut(snapshots[n][0])) for n in steps}
     lo = min(float(np.min(f[0])) for f in fields.values())
     hi = max(float(np.max(f[0])) for f in fields.values())
     worst = max(float(np.max(np.abs(f[1] - f[0]))) for f in fields.values()) or 1.0
     scales = ({"vmin": lo, "vmax": hi}, {"vmin": lo, "vmax": hi},
               {"vmin": -worst, "vmax": worst, "cmap": "RdBu_r"})
     fig, axes = plt.subplots(3, len(steps), figsize=(2.6 * len(steps) + 1.0, 7.8), squeeze=False)
-    extent = (0.0, float(lengths[0]), 0.0, float(lengths[1]))
+    images = []
     for col, n in enumerate(steps):
         ref, teng = fields[n]
         for row, field in enumerate((ref, teng, teng - ref)):
             ax = axes[row, col]
-            # field[i, j] = u(x_i, y_j): transpose so that x runs along the horizontal axis.
-            ax.imshow(field.T, origin="lower", extent=extent, aspect="equal", **scales[row])
+            if shape is not None:
+                image = ax.imshow(field, origin="lower", extent=extent, aspect="equal", **scales[row])
+            else:
+                image = ax.tripcolor(points[:, 0], points[:, 1], field, shading="gouraud", **scales[row])
+                ax.set_aspect("equal")
+            if col == len(steps) - 1:
+                images.append(image)
             ax.set_xticks([])
             ax.set_yticks([])
         axes[0, col].set_title(f"t = {times[n]:.4g}")
     for row, label in enumerate(("reference", "TENG", "TENG − reference")):
         axes[row, 0].set_ylabel(label)
-        fig.colorbar(axes[row, -1].images[0], ax=list(axes[row]), fraction=0.03, pad=0.02,
+        fig.colorbar(images[row], ax=list(axes[row]), fraction=0.03, pad=0.02,
                      format="%.1e" if row == 2 else None)
-    fig.suptitle(title)
+    fig.suptitle(title + where)
     fig.subplots_adjust(left=0.05, right=0.86, bottom=0.02, top=0.92, wspace=0.08, hspace=0.1)
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -34,11 +34,12 @@ from teng_eq.model import ParamSpace, TENGNet
 @dataclasses.dataclass
 class StepRecord:
     """What one step reports. ``step`` n of a sequential method is at ``t = n·dt``
-    (step 0: the start, with ``rel_l2`` only); a global-in-time method's steps
+    (step 0: the start, with the error metrics only); a global-in-time method's steps
     are blocks of its optimisation (``t`` is None, no ``rel_l2``).
 
     ``metrics`` are logged under their names at ``step``: ``rel_l2`` (where
-    measured), ``wall_time_s`` and every per-step scalar of the method
+    measured), ``boundary_max_abs`` (max |û| at ``equation.boundary_points``, where
+    the domain has a Dirichlet boundary), ``wall_time_s`` and every per-step scalar of the method
     (``step_loss``, …). ``losses`` has rows ``(stage, iteration, loss, lsq)``.
     """
 
@@ -119,9 +120,10 @@ def build_network(cfg: RunConfig, init: str | None = None) -> TENGNet:
     :func:`~teng_eq.initial_fit.resolve_init`)."""
     key_net, _ = jax.random.split(jax.random.PRNGKey(cfg.seed))
     init = resolve_init(cfg.network.init, cfg.equation, cfg.grid) if init is None else init
+    periods = cfg.equation.periods
     return TENGNet(
         dim=cfg.equation.dim, features=cfg.network.features, width=cfg.network.width,
-        depth=cfg.network.depth, lengths=cfg.equation.lengths,
+        depth=cfg.network.depth, lengths=periods, periodic=periods is not None,
         embedding_activation=cfg.network.embedding_activation, init=init, key=key_net,
     )
 
@@ -153,11 +155,11 @@ def prepare(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] | None
     net = build_network(cfg)
     space = ParamSpace(net)
     quadrature = equation.quadrature(cfg.grid)
-    holdout = equation.holdout(cfg.grid, cfg.holdout.grid)
+    holdout = equation.holdout(cfg.grid, cfg.holdout.points(cfg.grid))
     theta, fit_info = None, None
     if fit:
         description = dict(
-            initial_condition=equation.initial_condition, lengths=list(equation.lengths),
+            **equation.fit_description(),
             network={**dataclasses.asdict(cfg.network), "init": net.init}, grid=cfg.grid, seed=cfg.seed,
             fit=dataclasses.asdict(cfg.fit), solver=cfg.solver, damping=cfg.damping,
         )
@@ -215,6 +217,7 @@ class _Record:
 
     err_sq: np.ndarray  # (n_steps + 1,) squared error norm at each t_n (sequential methods)
     ref_sq: np.ndarray  # (n_steps + 1,) squared reference norm
+    boundary: np.ndarray  # (n_steps + 1,) max |û| on a Dirichlet boundary; NaN without one
     wall: np.ndarray  # (steps,) cumulative stepping time
     scalars: dict[str, np.ndarray]  # per step, each (steps,)
     tables: list[np.ndarray]  # one (rows, 4) loss table per step done
@@ -222,11 +225,12 @@ class _Record:
 
     @classmethod
     def empty(cls, steps: int, n_times: int) -> _Record:
-        return cls(np.zeros(n_times), np.zeros(n_times), np.zeros(steps), {}, [], {})
+        return cls(np.zeros(n_times), np.zeros(n_times), np.full(n_times, np.nan), np.zeros(steps), {}, [], {})
 
     def arrays(self) -> dict[str, np.ndarray]:
         rows = np.array([len(t) for t in self.tables], dtype=np.int64)
-        out = {"err_sq": self.err_sq, "ref_sq": self.ref_sq, "wall": self.wall, "loss_rows": rows,
+        out = {"err_sq": self.err_sq, "ref_sq": self.ref_sq, "boundary": self.boundary, "wall": self.wall,
+               "loss_rows": rows,
                "losses": np.concatenate(self.tables) if self.tables else np.zeros((0, 4))}
         out.update({f"scalar.{k}": v for k, v in self.scalars.items()})
         out.update({f"snapshot.{n}": b for n, b in self.snapshot_states.items()})
@@ -237,7 +241,9 @@ class _Record:
         splits = np.cumsum(a["loss_rows"])[:-1]
         tables = list(np.split(a["losses"], splits)) if len(a["loss_rows"]) else []
         return cls(
-            err_sq=a["err_sq"].copy(), ref_sq=a["ref_sq"].copy(), wall=a["wall"].copy(),
+            err_sq=a["err_sq"].copy(), ref_sq=a["ref_sq"].copy(),
+            boundary=a["boundary"].copy() if "boundary" in a else np.full(len(a["err_sq"]), np.nan),
+            wall=a["wall"].copy(),
             scalars={k.removeprefix("scalar."): v.copy() for k, v in a.items() if k.startswith("scalar.")},
             tables=tables,
             snapshot_states={int(k.removeprefix("snapshot.")): v for k, v in a.items()
@@ -249,6 +255,8 @@ class _Record:
         out = {k: float(v[n - 1]) for k, v in self.scalars.items()} if n > 0 else {}
         if sequential:
             out["rel_l2"] = float(np.sqrt(self.err_sq[n] / self.ref_sq[n]))
+            if np.isfinite(self.boundary[n]):
+                out["boundary_max_abs"] = float(self.boundary[n])
         if n > 0:
             out["wall_time_s"] = float(self.wall[n - 1])
         return out
@@ -300,6 +308,10 @@ def run_simulation(
     # become constants of the one compiled step.
     step_fn = jax.jit(lambda s, k: method.step(s, k)).lower(state, key_run).compile()
     evaluate = jax.jit(lambda s, t: method.values(s, evaluation.points, t)).lower(state, 0.0).compile()
+    # Where the domain has a Dirichlet boundary (u = 0), |û| there is reported each step.
+    boundary = equation.boundary_points(cfg.eval_grid)
+    on_boundary = None if boundary is None else (
+        jax.jit(lambda s, t: method.values(s, boundary, t)).lower(state, 0.0).compile())
     compile_s = time.perf_counter() - t0
 
     steps, sequential = method.steps, method.sequential
@@ -309,7 +321,7 @@ def run_simulation(
     eval_s = stepping = 0.0
     done = 0
 
-    def measure(n: int, state) -> float:
+    def measure(n: int, state) -> dict[str, float]:
         nonlocal eval_s
         start = time.perf_counter()
         u = np.asarray(evaluate(state, times[n]))
@@ -319,6 +331,8 @@ def run_simulation(
             if sequential and checkpoints is not None:
                 record.snapshot_states[n] = state_bytes(state)
         record.err_sq[n], record.ref_sq[n] = squared_norms(u, ref, evaluation.weights)
+        if on_boundary is not None:
+            record.boundary[n] = float(np.max(np.abs(np.asarray(on_boundary(state, times[n])))))
         eval_s += time.perf_counter() - start
         return float(np.sqrt(record.err_sq[n] / record.ref_sq[n]))
 
@@ -354,6 +368,8 @@ def run_simulation(
         where = f"step {n} (t={times[n]:.6g})" if sequential else f"block {n}"
         if sequential:
             metrics["rel_l2"] = measure(n, state)
+            if on_boundary is not None:
+                metrics["boundary_max_abs"] = float(record.boundary[n])
         why = _divergence(metrics, record.scalars.get("step_loss"), n, divergence_factor)
         if why is not None:
             if checkpoints is not None and saved != n - 1:

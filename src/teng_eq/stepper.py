@@ -2,10 +2,11 @@
 
 Given θ and a target ``u_target`` on the quadrature grid, each iteration:
 
-1. residual ``r = û_θ − u_target`` and loss ``L = ‖r‖²_{L²} ≈ w Σₙ r(xₙ)²``;
+1. residual ``r = û_θ − u_target`` and loss ``L = ‖r‖²_{L²} ≈ Σₙ wₙ r(xₙ)²``;
 2. ``Δu = −α ∂L/∂û = −r`` (α = 1/2: the full Gauss–Newton step);
 3. ``J = ∂û_θ(xₙ)/∂θ_S`` for a random subset S of the parameters;
-4. ``Δθ_S = argmin ‖J Δθ_S − Δu‖₂`` (:func:`teng_eq.lstsq.least_squares`);
+4. ``Δθ_S = argmin ‖W^{1/2}(J Δθ_S − Δu)‖₂`` (:func:`teng_eq.lstsq.least_squares`; a
+   uniform weight drops out, per-point weights scale each row by √wₙ);
 5. ``θ_S ← θ_S + Δθ_S``.
 
 How many iterations a stage runs is its *stopping policy*:
@@ -139,7 +140,8 @@ class Factors(eqx.Module):
 class Stepper(eqx.Module):
     """TENG iterations for the network ``space`` on the quadrature ``points``.
 
-    **Arguments:** ``space``, ``points`` (n × dim) and their quadrature ``weight``;
+    **Arguments:** ``space``, ``points`` (n × dim) and their quadrature ``weight`` (one
+    number, or one per point);
     ``solver`` and relative ``damping`` of the least squares
     (:mod:`teng_eq.lstsq`); the ``stopping`` policy (:class:`Stopping`).
     """
@@ -147,6 +149,8 @@ class Stepper(eqx.Module):
     space: ParamSpace
     points: Float[Array, "n dim"]
     weight: float = eqx.field(static=True)
+    # Per-point quadrature weights as √wₙ (then ``weight`` is 1); None: the uniform ``weight``.
+    sqrt_weights: Float[Array, " n"] | None
     solver: str = eqx.field(static=True)
     damping: float = eqx.field(static=True)
     stopping: Stopping = eqx.field(static=True)
@@ -159,7 +163,10 @@ class Stepper(eqx.Module):
             raise ValueError(f"unknown stopping policy {stopping.policy!r}; known: {POLICIES}")
         self.space = space
         self.points = jnp.asarray(points)
-        self.weight = float(weight)
+        if jnp.ndim(weight) == 0:
+            self.weight, self.sqrt_weights = float(weight), None
+        else:
+            self.weight, self.sqrt_weights = 1.0, jnp.sqrt(jnp.asarray(weight))
         self.solver = solver
         self.damping = float(damping)
         self.stopping = stopping
@@ -169,9 +176,14 @@ class Stepper(eqx.Module):
     def values(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
         return self.space.apply(theta, self.points)
 
-    def loss(self, theta, target) -> Float[Array, ""]:
-        r = self.values(theta) - target
+    def norm2(self, r: Float[Array, " n"]) -> Float[Array, ""]:
+        """``Σₙ wₙ rₙ²``: the quadrature of ``r²``."""
+        if self.sqrt_weights is not None:
+            r = r * self.sqrt_weights
         return self.weight * jnp.sum(r * r)
+
+    def loss(self, theta, target) -> Float[Array, ""]:
+        return self.norm2(self.values(theta) - target)
 
     def factors(self, theta: Float[Array, " params"]) -> Factors:
         return Factors(*self.space.network(theta).jacobian_factors_t(self.points))
@@ -212,6 +224,9 @@ class Stepper(eqx.Module):
         replaced by no update (``zero_step``), so that it cannot poison θ.
         """
         du = target - u
+        if self.sqrt_weights is not None:
+            rows = tuple(B * self.sqrt_weights for B in rows)
+            du = du * self.sqrt_weights
         step, fallback = self.solve(rows, du)
         finite = jnp.all(jnp.isfinite(step))
         step = jnp.where(finite, step, 0.0)
@@ -222,9 +237,9 @@ class Stepper(eqx.Module):
         """One standalone iteration: ``(θ_new, loss before, lsq)``."""
         subset = random_subset(key, self.space.size, n_sub)
         u, rows = self.jacobian_rows(theta, subset)
+        loss = self.norm2(target - u)
         theta, lsq, _, _ = self.update(theta, u, rows, subset, target)
-        du = target - u
-        return theta, self.weight * jnp.sum(du * du), lsq
+        return theta, loss, lsq
 
     def stage(
         self,
@@ -239,9 +254,8 @@ class Stepper(eqx.Module):
         ``iters`` under the ``fixed`` policy); the first draws ``n_first``
         parameters, the others ``n_rest``."""
         keys = jax.random.split(key, iters)
-        w = self.weight
         stop = self.stopping
-        floor = stop.floor * w * jnp.sum(target * target)
+        floor = stop.floor * self.norm2(target)
         adaptive = stop.policy == "adaptive"
 
         def advance(carry, n_sub):
@@ -250,8 +264,7 @@ class Stepper(eqx.Module):
             theta, q, fb, zero = self.update(theta, f.u, self.rows(f, subset), subset, target)
             # The new iterate's factors give its loss now and its Jacobian next.
             f = self.factors(theta)
-            r = f.u - target
-            new = w * jnp.sum(r * r)
+            new = self.norm2(f.u - target)
             if adaptive:
                 stall = jnp.where(new <= (1.0 - stop.rtol) * best, 0, stall + 1)
                 better = new < best
@@ -269,8 +282,7 @@ class Stepper(eqx.Module):
             return more
 
         f = self.factors(theta)
-        r = f.u - target
-        l0 = w * jnp.sum(r * r)
+        l0 = self.norm2(f.u - target)
         nan = jnp.full((), jnp.nan, theta.dtype)
         zero = jnp.zeros((), jnp.int32)
         carry = (zero, theta, f, theta, l0, zero, jnp.full(iters + 1, nan).at[0].set(l0),

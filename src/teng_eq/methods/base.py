@@ -25,6 +25,8 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
+from teng_eq.config import bad
+
 
 class StepInfo(eqx.Module):
     """What one step reports, as device arrays (the driver reads them back).
@@ -98,3 +100,11 @@ def stack_rows(rows: list[Array], width: int) -> Float[Array, "stages width"]:
 
 
 __all__ = ["Method", "StepInfo", "stack_rows"]
+
+
+def require_periodic_domain(cfg) -> None:
+    """One-line :class:`~teng_eq.config.ConfigError` where the equation's domain has a
+    boundary: the baselines fit the PDE alone, with no boundary rows (TENG has them)."""
+    if cfg.equation.periods is None:
+        bad("equation", cfg.equation.name,
+            f"method {cfg.method.name} needs a periodic domain (it has no boundary term)")

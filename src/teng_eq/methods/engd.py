@@ -33,9 +33,6 @@ from teng_eq.config import bad
 from teng_eq.lstsq import least_squares
 from teng_eq.methods.pinn import PINN, PINNState
 
-#: Equations the paper runs PINN-ENGD on (Table 1: the 2-D and 3-D heat equations).
-SUPPORTED = ("heat", "heat3d")
-
 
 class PINNENGD(PINN):
     """PINN trained by ENGD; one iteration = one natural-gradient step with its line search."""
@@ -54,9 +51,10 @@ class PINNENGD(PINN):
 
     @classmethod
     def check(cls, cfg) -> None:
-        if cfg.equation.name not in SUPPORTED:
+        super().check(cfg)
+        if not cfg.equation.linear:
             bad("equation", cfg.equation.name,
-                f"method {cfg.method.name} supports only {', '.join(SUPPORTED)} (as in the paper)")
+                f"method {cfg.method.name} runs only linear equations (the paper's heat equations)")
 
     @classmethod
     def optimizer_fields(cls, cfg) -> dict:

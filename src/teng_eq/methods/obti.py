@@ -32,7 +32,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.config import bad
 from teng_eq.equations import Equation, operator
-from teng_eq.methods.base import Method, StepInfo
+from teng_eq.methods.base import Method, StepInfo, require_periodic_domain
 from teng_eq.model import ParamSpace
 
 
@@ -54,6 +54,10 @@ class OBTI(Method):
     weights: Float[Array, ""] | Float[Array, " n"]
     dt: float = eqx.field(static=True)
     options: object = eqx.field(static=True)  # the subclass's Options
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        require_periodic_domain(cfg)
 
     @classmethod
     def build(cls, cfg, problem) -> OBTI:

@@ -37,7 +37,7 @@ from scipy.stats import qmc
 
 from teng_eq.config import bad
 from teng_eq.equations import Equation, operator
-from teng_eq.methods.base import Method, StepInfo
+from teng_eq.methods.base import Method, StepInfo, require_periodic_domain
 from teng_eq.model import ParamSpace, PeriodicEmbedding
 
 
@@ -120,6 +120,10 @@ class PINN(Method):
     initial_weights: Float[Array, ""] | Float[Array, " m"]
     u0: Float[Array, " m"]
     options: object = eqx.field(static=True)
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        require_periodic_domain(cfg)
 
     @classmethod
     def network_template(cls, cfg) -> SpaceTimeNet:

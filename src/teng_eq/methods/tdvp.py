@@ -28,7 +28,7 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 from teng_eq.config import bad
 from teng_eq.equations import Equation, operator
 from teng_eq.integrators import RK4, Integrator
-from teng_eq.methods.base import Method, StepInfo
+from teng_eq.methods.base import Method, StepInfo, require_periodic_domain
 from teng_eq.model import ParamSpace
 from teng_eq.stepper import Stepper, random_subset, residual
 
@@ -64,6 +64,7 @@ class TDVP(Method):
 
     @classmethod
     def check(cls, cfg) -> None:
+        require_periodic_domain(cfg)
         n = cfg.n_params
         if cfg.method.options.subsample > n:
             bad("method.subsample", cfg.method.options.subsample,

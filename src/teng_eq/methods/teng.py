@@ -49,6 +49,7 @@ class TENG(Method):
             equation=problem.equation, dt=cfg.dt, iters=cfg.iters, iters_later=cfg.iters_later,
             subsample_first=cfg.subsample_first, subsample=cfg.subsample,
             holdout=problem.holdout.points, holdout_weight=problem.holdout.weights,
+            boundary=problem.quadrature.boundary, holdout_boundary=problem.holdout.boundary,
         )
         return cls(steps=cfg.n_steps, space=problem.space, step_fn=step_fn)
 

@@ -1,0 +1,190 @@
+"""What every equation is: ``∂ₜu = L[u] = ν Δu + N(u, ∇u)`` on a domain, from an
+initial condition, with a way to compute its reference solution.
+
+An equation is one class (one module under :mod:`teng_eq.equations`) named by
+the ``impl`` key of its ``conf/equation/*.yaml``; the other keys of that yaml are
+the class's fields (:meth:`Equation.from_config`). The class declares everything
+the rest of the code asks of it, so that nothing elsewhere dispatches on its name:
+
+* the PDE: :attr:`Equation.nonlinear` (N), with ``ν Δu`` in :meth:`Equation.rhs`;
+  the same N serves the network (derivatives by autodiff, :func:`operator`) and
+  the pseudo-spectral reference (derivatives by FFT), so the two cannot
+  disagree about the PDE;
+* the domain: :attr:`Equation.dim`, the network input (:attr:`Equation.periods`:
+  the periods of the periodic embedding, or None for plain Cartesian input) and
+  the boundary (:meth:`Equation.boundary_points`; a Dirichlet boundary also marks
+  the rows of its quadrature that lie on it, :attr:`Quadrature.boundary`);
+* its initial conditions (:attr:`Equation.initial_conditions`, chosen by the
+  ``initial_condition`` key);
+* its quadratures: for the fits (:meth:`Equation.quadrature`), held out of them
+  (:meth:`Equation.holdout`) and for the error norms (:meth:`Equation.evaluation`);
+* how its reference is computed (:meth:`Equation.reference_scheme`, an object of
+  :mod:`teng_eq.reference`: exact Fourier decay, pseudo-spectral ETDRK4 with its
+  nonlinearity degree and resolution table, or a Bessel series).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from teng_eq.config import bad, import_impl, options_from
+
+
+class Quadrature(NamedTuple):
+    """``∫ f ≈ Σₙ wₙ f(xₙ)``: ``points`` (n, dim) and ``weights``, one number when
+    every point has the same weight (a uniform periodic grid), else (n,).
+
+    ``boundary`` (n,) marks the points on a Dirichlet boundary (None: there are
+    none): there a fit's target is the boundary value, not the PDE's.
+    ``grid_shape`` is the tensor-grid layout of ``points`` in 'ij' order (first
+    axis slowest), None for scattered points; plots use it.
+    """
+
+    points: Float[Array, "n dim"]
+    weights: float | Float[Array, " n"]
+    boundary: Bool[Array, " n"] | None = None
+    grid_shape: tuple[int, ...] | None = None
+
+
+class Equation(eqx.Module):
+    """``∂ₜu = ν Δu + N(u, ∇u)`` on the domain of the subclass, from the initial
+    condition ``initial_conditions[initial_condition]``.
+
+    Subclasses set the class variables and implement the domain methods; their
+    fields are their config keys (no defaults: ``conf/`` is the one source).
+    """
+
+    name: str = eqx.field(static=True)
+    nu: float = eqx.field(static=True)
+    initial_condition: str = eqx.field(static=True)
+
+    #: Spatial dimension.
+    dim: ClassVar[int]
+    #: Whether ``L`` is linear in u (N ≡ 0): what methods restricted to linear PDEs ask.
+    linear: ClassVar[bool] = False
+    #: The initial conditions this equation can start from, by config name: each a
+    #: function of one point (coordinate first; NumPy or JAX) to u₀ there.
+    initial_conditions: ClassVar[Mapping[str, Callable]]
+
+    @classmethod
+    def from_config(cls, group: Mapping) -> Equation:
+        """The equation of the ``equation`` config group (without its ``impl``);
+        a bad key or value raises a one-line :class:`~teng_eq.config.ConfigError`."""
+        return options_from(cls, group, "equation")
+
+    def validate(self, prefix: str) -> None:
+        """Value checks of :meth:`from_config` (extended by subclasses)."""
+        if not self.nu > 0:
+            bad(f"{prefix}.nu", self.nu, "must be a number > 0")
+        if self.initial_condition not in self.initial_conditions:
+            bad(f"{prefix}.initial_condition", self.initial_condition,
+                f"unknown, choose one of {sorted(self.initial_conditions)}")
+
+    # --- domain ---------------------------------------------------------------------
+
+    @property
+    def periods(self) -> tuple[float, ...] | None:
+        """Periods of the network's periodic embedding, one per dimension; None for a
+        network on plain Cartesian input (a non-periodic domain)."""
+        raise NotImplementedError
+
+    def quadrature(self, n: int) -> Quadrature:
+        """The quadrature of the fits (θ₀ and every TENG stage), ``n`` points per
+        dimension (the config's ``grid``)."""
+        raise NotImplementedError
+
+    def holdout(self, n: int, m: int) -> Quadrature:
+        """Points that no fit on :meth:`quadrature` (n) uses, ``m`` per dimension
+        (the config's ``holdout.grid``, dividing n)."""
+        raise NotImplementedError
+
+    def evaluation(self, m: int) -> Quadrature:
+        """Points and weights of the error norms, ``m`` per dimension (``eval_grid``)."""
+        raise NotImplementedError
+
+    def boundary_points(self, m: int) -> Float[Array, "n dim"] | None:
+        """``m`` points on a Dirichlet boundary, where a run reports max |û − g|;
+        None where the domain has no boundary (periodic)."""
+        return None
+
+    def fit_description(self) -> dict:
+        """What, besides the network, grid and seed, determines θ₀ (its cache key)."""
+        raise NotImplementedError
+
+    # --- initial condition, reference -----------------------------------------------
+
+    def u0(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
+        """The initial condition at one point (NumPy or JAX, coordinate first)."""
+        return self.initial_conditions[self.initial_condition](x)
+
+    def reference_scheme(self):
+        """How the reference solution is computed: an object of :mod:`teng_eq.reference`
+        with ``solution(equation, times, cache_dir=, n=, dt=)``."""
+        raise NotImplementedError
+
+    def reference(self, times, *, cache_dir=None, n: int | None = None, dt: float | None = None):
+        """Reference solution at ``times``; its ``values(k, m)`` are u(·, times[k]) at the
+        points of :meth:`evaluation` (m). ``n``, ``dt``: the scheme's resolution where
+        it has one (None: its default), see :func:`teng_eq.reference.reference_solution`."""
+        from teng_eq.reference import reference_solution
+
+        return reference_solution(self, times, cache_dir=cache_dir, n=n, dt=dt)
+
+    # --- the PDE --------------------------------------------------------------------
+
+    def nonlinear(self, u, grad_u):
+        """N(u, ∇u); ``grad_u`` has the spatial dimension as its *first* axis.
+
+        Written with arithmetic only so that it takes NumPy and JAX arrays alike.
+        """
+        raise NotImplementedError
+
+    def rhs(self, u, grad_u, lap_u):
+        """L[u] = ν Δu + N(u, ∇u)."""
+        return self.nu * lap_u + self.nonlinear(u, grad_u)
+
+
+def build_equation(group: Mapping, key: str = "equation") -> Equation:
+    """The equation of a composed ``equation`` group: its ``impl`` class built from
+    the other keys (what :class:`~teng_eq.config.RunConfig` does for a run)."""
+    if not isinstance(group, Mapping):
+        bad(key, group, "must be a config group (a mapping)")
+    rest = dict(group)
+    return import_impl(rest.pop("impl", None), f"{key}.impl").from_config(rest)
+
+
+def derivatives(
+    fn: Callable[[Array], Array], points: Float[Array, "n dim"]
+) -> tuple[Float[Array, " n"], Float[Array, "dim n"], Float[Array, " n"]]:
+    """``(u, ∇u, Δu)`` of a pointwise function at every row of ``points``, by autodiff.
+
+    ``fn`` maps ``(n, dim)`` points to ``(n,)`` values, each row on its own (a
+    network applied row by row). Along each axis d one forward-over-forward JVP
+    with tangent e_d on every row gives ``∂_d u`` and ``∂²_d u`` together
+    (cheaper than the trace of a per-point forward-over-reverse Hessian).
+    """
+    grads, lap = [], 0.0
+    u = None
+    for d in range(points.shape[1]):
+        e = jnp.zeros_like(points).at[:, d].set(1.0)
+
+        def along(p, e=e):
+            return jax.jvp(fn, (p,), (e,))
+
+        (u, du), (_, d2u) = jax.jvp(along, (points,), (e,))
+        grads.append(du)
+        lap = lap + d2u
+    return u, jnp.stack(grads), lap
+
+
+def operator(
+    equation: Equation, fn: Callable[[Array], Array], points: Float[Array, "n dim"]
+) -> Float[Array, " n"]:
+    """``L[fn]`` at every row of ``points`` (autodiff in x, see :func:`derivatives`)."""
+    return equation.rhs(*derivatives(fn, points))
