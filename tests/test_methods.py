@@ -57,7 +57,7 @@ def fourier_problem(n=16):
     c = jnp.asarray([1.0, -0.5, 0.25, 0.8, -0.3, 0.1])
     space = ParamSpace(Fourier(c))
     lengths = (2 * math.pi, 2 * math.pi)
-    return space, c, grid_points(n, lengths), cell_volume(n, lengths), Heat(name="heat", nu=NU)
+    return space, c, grid_points(n, lengths), cell_volume(n, lengths), Heat(name="heat", nu=NU, initial_condition="paper2d", lengths=lengths)
 
 
 def decay_rates():
