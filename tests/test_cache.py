@@ -7,11 +7,11 @@ import threading
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import make_config
 
 from teng_eq import initial_fit
 from teng_eq import reference as ref
 from teng_eq.cache import check_arrays, load_arrays, store_arrays
-from conftest import make_config
 
 KEY = {"what": "test", "n": 3, "lengths": [1.0, 2.0]}
 

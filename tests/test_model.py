@@ -4,10 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from teng_eq import ParamSpace, TENGNet
 from conftest import make_config
 
+from teng_eq import ParamSpace, TENGNet
 from teng_eq.grid import grid_points
 
 

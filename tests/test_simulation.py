@@ -7,7 +7,6 @@ minutes-long θ₀ fit and is exercised by the pipeline's default sweep.
 
 import numpy as np
 import pytest
-
 from conftest import make_config
 
 from teng_eq.simulation import run_simulation

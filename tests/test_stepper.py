@@ -7,12 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import make_config
 
 from teng_eq import operator
-from conftest import make_config
-from teng_eq.lstsq import SOLVERS
 from teng_eq.grid import cell_volume, grid_points, holdout_points
 from teng_eq.integrators import INTEGRATORS, TENGStep
+from teng_eq.lstsq import SOLVERS
 from teng_eq.simulation import holdout_flag, prepare
 from teng_eq.stepper import Stepper, Stopping, random_subset
 

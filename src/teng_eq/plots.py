@@ -7,8 +7,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 # Fixed margins instead of tight_layout, which alone doubled the time to draw a
 # figure: plots are drawn inside a tracked run and count as its overhead.
