@@ -7,7 +7,7 @@ import pytest
 from conftest import make_config
 
 from teng_eq.checkpoint import CheckpointStore
-from teng_eq.simulation import Diverged, run_simulation
+from teng_eq.simulation import Diverged, _divergence, run_simulation
 
 TOY = ["method.impl=fake_methods:Toy", "~method.integrator", "+method.growth=1.5", "+method.nan_at=0",
        "dt=0.02", "t_final=0.2", "grid=16", "holdout.grid=8", "eval_grid=32",
@@ -111,3 +111,12 @@ def test_nan_is_divergence(tmp_path):
     with pytest.raises(Diverged, match=r"diverged at step 7 .*non-finite") as err:
         _records(toy("method.nan_at=7"))
     assert err.value.last_good_step == 6
+
+
+def test_round_off_losses_may_jump_without_diverging():
+    """Step losses at round-off level (1e-17 against ‖u‖² = 1) jump by 1e7 without a
+    blow-up: the median is floored at ε‖u‖²; with nothing to floor it they would count."""
+    losses = np.full(10, 1e-17)
+    assert _divergence({"step_loss": 1e-10}, losses, 10, 1e6, scale=1.0) is None
+    assert "times the median" in _divergence({"step_loss": 1e-10}, losses, 10, 1e6, scale=0.0)
+    assert "times the median" in _divergence({"step_loss": 1e-8}, losses, 10, 1e6, scale=1.0)

@@ -370,7 +370,8 @@ def run_simulation(
             metrics["rel_l2"] = measure(n, state)
             if on_boundary is not None:
                 metrics["boundary_max_abs"] = float(record.boundary[n])
-        why = _divergence(metrics, record.scalars.get("step_loss"), n, divergence_factor)
+        why = _divergence(metrics, record.scalars.get("step_loss"), n, divergence_factor,
+                          scale=float(record.ref_sq[n]) if sequential else 0.0)
         if why is not None:
             if checkpoints is not None and saved != n - 1:
                 save(n - 1, previous)
@@ -406,16 +407,19 @@ def run_simulation(
     )
 
 
-def _divergence(metrics: Mapping[str, float], losses: np.ndarray | None, n: int, factor: float) -> str | None:
+def _divergence(metrics: Mapping[str, float], losses: np.ndarray | None, n: int, factor: float,
+                scale: float = 0.0) -> str | None:
     """Why step ``n`` with ``metrics`` counts as diverged (``losses``: the step losses
-    so far, by step), or None."""
+    so far, by step), or None. The median they are compared with is floored at
+    ``ε·scale`` (``scale`` = ‖u_ref‖² at the step, ε the float64 machine epsilon):
+    losses at round-off level may jump by orders of magnitude without diverging."""
     bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
     if bad:
         return f"non-finite {', '.join(bad)}"
     loss = metrics.get("step_loss")
     if loss is None or losses is None or n < 2:
         return None
-    median = float(np.median(losses[: n - 1]))
+    median = max(float(np.median(losses[: n - 1])), float(np.finfo(np.float64).eps) * scale)
     if median > 0 and loss > factor * median:
         return (f"step_loss {loss:.3e} is {loss / median:.3g} times the median of the steps before it "
                 f"(divergence_factor={factor:g})")
