@@ -133,7 +133,8 @@ def test_obti_step_lowers_the_loss_monotonically_on_a_quadratic(cls, options):
     _, info = jax.jit(lambda th, k: obti.step(th, k))(c, jax.random.PRNGKey(0))
     losses = np.asarray(info.losses)[0]
     assert losses.shape == (options.iterations + 1,)
-    assert np.all(np.diff(losses) <= 0) and losses[-1] < 0.9 * losses[0], losses
+    # Non-increasing up to round-off (L-BFGS may reach the minimum, ~1e-30, within a few iterations).
+    assert np.all(np.diff(losses) <= 1e-15 * losses[0]) and losses[-1] < 0.9 * losses[0], losses
     assert float(info.scalars["step_loss"]) == losses[-1]
 
 

@@ -94,7 +94,7 @@ def test_jacobian_has_no_structural_null_directions(seed):
         s = np.linalg.svd(np.asarray(G[:, gcol] * H[:, hcol]), compute_uv=False)
         sv[activation] = s / s[0]
     assert sv["tanh"].size == 177
-    assert sv["tanh"][-1] > 1e-12, sv["tanh"][-5:]
+    assert sv["tanh"][-1] > 1e-13, sv["tanh"][-5:]  # smallest 8e-13 … 2e-12 across jax versions
     assert np.sum(sv["identity"] > 1e-13) == 177 - 56
     assert sv["identity"][121] < 1e-14
 
