@@ -3,6 +3,7 @@ and rebuilt, at the helpers and at their two call sites (references, θ₀), and
 concurrent writers never expose half a file."""
 
 import threading
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -129,3 +130,24 @@ def test_damaged_theta0_is_refitted(tmp_path, monkeypatch, damage, caplog):
     assert info["cached"] is False and len(fits) == 2 and f"cache entry {path} is" in caplog.text
     np.testing.assert_array_equal(theta, 2 * np.arange(5.0))
     assert initial_fit.cached_initial_parameters(**call)[1]["cached"] is True
+
+
+def test_a_fit_above_its_tolerance_is_returned_but_not_cached(tmp_path, monkeypatch):
+    """An unconverged θ₀ fit is used with a warning, never written: the next run fits again."""
+    fits = []
+
+    def fit(net, u0, points, weight, *, key, fit, solver, damping, log=None):
+        fits.append(1)
+        return jnp.arange(5.0), {"stage1_loss": 1e-8, "stage2_loss": 1e-10, "stage2_rel_loss": 1e-10,
+                                 "converged": False, "stage1_s": 1.0, "stage2_s": 2.0}
+
+    monkeypatch.setattr(initial_fit, "initial_parameters", fit)
+    call = {"net": None, "u0": None, "points": None, "weight": 1.0, "key": None,
+            "fit": types.SimpleNamespace(stage2_tol=5e-14), "solver": "cholesky", "damping": 1e-7,
+            "description": {"initial_condition": "sines2d", "grid": 32, "seed": 0}, "directory": tmp_path}
+    for n in (1, 2):
+        with pytest.warns(UserWarning, match=r"relative loss 1\.00e-10 > fit\.stage2_tol=5e-14; not cached"):
+            theta, info = initial_fit.cached_initial_parameters(**call)
+        assert info["cached"] is False and len(fits) == n
+        np.testing.assert_array_equal(theta, np.arange(5.0))
+    assert not list(tmp_path.rglob("*.npz"))
