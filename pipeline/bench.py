@@ -82,7 +82,7 @@ def step_at(problem, cfg: RunConfig, grid: int, solver: str, first: int, rest: i
     cfg = dataclasses.replace(cfg, grid=grid, solver=solver, subsample_first=first, subsample=rest)
     eq = problem.equation
     problem = dataclasses.replace(problem, quadrature=eq.quadrature(grid),
-                                  holdout=eq.holdout(grid, cfg.holdout.grid))
+                                  holdout=eq.holdout(grid, cfg.holdout.points(grid)))
     return TENG.build(cfg, problem).step_fn
 
 
