@@ -3,6 +3,10 @@
 Speed itself is measured by ``pipeline/bench.py``, never by a timed test.
 """
 
+import importlib.util
+from pathlib import Path
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +15,7 @@ from conftest import make_config
 
 from teng_eq.benchmark import NaiveStepper, naive, solve_flops
 from teng_eq.integrators import INTEGRATORS, TENGStep
+from teng_eq.methods import TENG
 from teng_eq.simulation import prepare, run_simulation
 from teng_eq.stepper import Stepper
 
@@ -99,3 +104,20 @@ def test_solve_flops():
     assert solve_flops("svd", 100, 10) == 4 * 100 * 100 + 22 * 1000
     with pytest.raises(ValueError):
         solve_flops("lu", 10, 10)
+
+
+def test_bench_builds_the_runs_step_at_other_sizes(problem):
+    """``pipeline/bench.py`` times the step a run takes: its ``step_at`` on the run's own
+    grid and sizes is the run's TENG step (same θ after one step), and other grids build."""
+    path = Path(__file__).resolve().parents[1] / "pipeline" / "bench.py"
+    spec = importlib.util.spec_from_file_location("bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cfg = small()
+    key = jax.random.PRNGKey(1)
+    mine = bench.step_at(problem, cfg, cfg.grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+    run = TENG.build(cfg, problem).step_fn
+    np.testing.assert_array_equal(eqx.filter_jit(mine)(problem.theta0, key)[0],
+                                  eqx.filter_jit(run)(problem.theta0, key)[0])
+    other = bench.step_at(problem, cfg, 16, "qr", 64, 64)
+    assert other.stepper.points.shape == (256, 2) and other.holdout.shape == (256, 2)
