@@ -99,12 +99,12 @@ def stack_rows(rows: list[Array], width: int) -> Float[Array, "stages width"]:
     return jnp.stack([jnp.concatenate([r, jnp.full(width - r.shape[0], jnp.nan, r.dtype)]) for r in rows])
 
 
-__all__ = ["Method", "StepInfo", "stack_rows"]
-
-
 def require_periodic_domain(cfg) -> None:
     """One-line :class:`~teng_eq.config.ConfigError` where the equation's domain has a
     boundary: the baselines fit the PDE alone, with no boundary rows (TENG has them)."""
     if cfg.equation.periods is None:
         bad("equation", cfg.equation.name,
             f"method {cfg.method.name} needs a periodic domain (it has no boundary term)")
+
+
+__all__ = ["Method", "StepInfo", "require_periodic_domain", "stack_rows"]
