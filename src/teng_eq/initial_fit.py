@@ -252,8 +252,10 @@ def initial_parameters(
     tol2 = fit.stage2_tol * norm
     sub2 = min(fit.stage2_subsample, space.size)
 
-    # Per-point quadrature weights (a non-uniform rule): residual rows scaled by √wₙ.
-    sqrt_w = None if jnp.ndim(weight) == 0 else jnp.repeat(jnp.sqrt(jnp.asarray(weight)), target1.shape[1])
+    # Per-point quadrature weights (a non-uniform rule): the stepper's √wₙ scale each
+    # point's rows (its `weight` is then 1).
+    sw = stepper.sqrt_weights
+    sqrt_w = None if sw is None else jnp.repeat(sw, target1.shape[1])
     rows = _value_gradient_rows(stepper)
 
     def residual1(theta):
@@ -266,7 +268,7 @@ def initial_parameters(
 
     t0 = time.perf_counter()
     theta, loss1 = levenberg_marquardt(
-        residual1, jacobian1, space.flatten(net), weight if sqrt_w is None else 1.0, key=k1,
+        residual1, jacobian1, space.flatten(net), stepper.weight, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
         max_iters=fit.stage1_max_iters, log=log, label="θ₀ stage 1 (value+gradient)",
     )
@@ -278,11 +280,11 @@ def initial_parameters(
         patience=fit.patience, log=log, label="θ₀ stage 2 (value)",
     )
     if fit.stage2_polish_iters > 0:
-        sqrt_w2 = 1.0 if sqrt_w is None else jnp.sqrt(jnp.asarray(weight))
+        sw2 = 1.0 if sw is None else sw
         theta, loss2 = levenberg_marquardt(
-            lambda th: (stepper.values(th) - target2) * sqrt_w2,
-            lambda th, subset: stepper.jacobian(th, subset)[1].T * jnp.reshape(sqrt_w2, (-1, 1)),
-            theta, weight if sqrt_w is None else 1.0, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
+            lambda th: (stepper.values(th) - target2) * sw2,
+            lambda th, subset: stepper.jacobian(th, subset)[1].T * jnp.reshape(sw2, (-1, 1)),
+            theta, stepper.weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
             patience=fit.patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
         )
     info = dict(

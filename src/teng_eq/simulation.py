@@ -321,7 +321,7 @@ def run_simulation(
     eval_s = stepping = 0.0
     done = 0
 
-    def measure(n: int, state) -> dict[str, float]:
+    def measure(n: int, state) -> float:
         nonlocal eval_s
         start = time.perf_counter()
         u = np.asarray(evaluate(state, times[n]))
