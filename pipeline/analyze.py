@@ -5,200 +5,22 @@
     python pipeline/analyze.py experiments=[heat,burgers] "filter=\"params.iters = '7'\""
     python pipeline/analyze.py mlflow=false out=reports/mine
 
-Writes error_vs_runtime.png, error_vs_dt.png, error_vs_time.png, table.md
-(Table 1: method × equation), table.csv, runs.csv (one row per run, Pareto flag),
-slopes.csv and, where the selection has runs of the ``loss_overlay`` methods,
-loss_overlay.png (their in-step losses, from each run's ``tables/losses.csv``) to
-``reports/<selection>/``, then logs them as an MLflow run tagged
-``run_kind=analysis``. Only FINISHED job runs count; the others are reported.
+What it writes: teng_eq.report (and README "Analysis").
 """
 
-from __future__ import annotations
-
-import hashlib
-import sys
-import tempfile
 from pathlib import Path
 
 import hydra
-import numpy as np
-import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from teng_eq import analysis, plots
-from teng_eq.tracking import (
-    SelectionError,
-    artifact_copies,
-    default_tracking_uri,
-    experiment_name,
-    latest_sweep,
-    load_runs,
-    log_analysis,
-    metric_curves,
-    sweep_run,
-)
+from teng_eq.report import analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _fail(message: str):
-    sys.exit(f"error: {message}")  # message to stderr, exit status 1
-
-
-def _selection(cfg: DictConfig) -> tuple[str | None, list[str] | None, str | None]:
-    exps = cfg.experiments
-    if exps is not None:
-        exps = [str(e) for e in exps] if OmegaConf.is_list(exps) else [str(exps)]
-        if not exps:
-            _fail("experiments=[] names no experiment")
-    filter_string = None if cfg.filter is None else str(cfg.filter)
-    sweep = cfg.sweep
-    if sweep is None and exps is None and filter_string is None:
-        sweep = "latest"
-    return (None if sweep is None else str(sweep)), exps, filter_string
-
-
-def _selection_name(sweep_id: str | None, exps: list[str] | None, filter_string: str | None) -> str:
-    parts = [f"sweep-{sweep_id[:8]}"] if sweep_id else []
-    if exps:
-        parts.append("exp-" + "+".join(exps))
-    if filter_string:
-        parts.append("filter-" + hashlib.sha1(filter_string.encode()).hexdigest()[:8])
-    return "_".join(parts) or "all"
-
-
-def write_report(df: pd.DataFrame, curves: dict, out: Path, *, losses: dict | None = None,
-                 loss_time: float | None = None, methods=(), equations=()) -> list[Path]:
-    """Figures and tables of the tidy runs ``df`` (with ``pareto``) into ``out``.
-
-    ``losses``: ``{run_id: (loss table, (steps, step_loss))}`` of the runs to overlay
-    in ``loss_overlay.png`` (none: no such figure), shown at the step nearest
-    ``loss_time`` (None: a quarter of each run's horizon); ``methods``, ``equations``:
-    the order of the rows and columns of the method × equation table.
-    """
-    axes = analysis.varied_axes(df)
-    groups = analysis.group_keys(axes, drop=("seed", "dt"))
-    groups.remove("equation")  # one panel per equation
-    run_keys = [k for k in analysis.group_keys(axes, drop=()) if k != "equation"]
-    runtime_panels, dt_panels, time_panels, slopes = {}, {}, {}, []
-    for eq, runs in df.groupby("equation", sort=True):
-        runtime_panels[eq], dt_panels[eq], time_panels[eq] = {}, {}, {}
-        for _, g in runs.groupby(groups, sort=True, dropna=False):
-            name = analysis.label(g.iloc[0], groups)
-            runtime_panels[eq][name] = (g["runtime_s"], g["global_rel_l2"], g["pareto"])
-            fit = analysis.fit_power_law(g["dt"], g["global_rel_l2"])
-            dt_panels[eq][name] = (g["dt"], g["global_rel_l2"], fit)
-            slopes.append({"equation": eq, "group": name, "slope": fit.slope,
-                           "prefactor": fit.prefactor, "n_runs": len(g),
-                           "n_dt": g["dt"].nunique()})
-        for _, row in runs.sort_values(run_keys).iterrows():
-            steps, values = curves[row["run_id"]]
-            time_panels[eq][analysis.label(row, run_keys)] = (np.asarray(steps) * row["dt"], values)
-    out.mkdir(parents=True, exist_ok=True)
-    table = analysis.summary_table(df, axes)
-    paths = [
-        plots.error_vs_runtime(out / "error_vs_runtime.png", runtime_panels),
-        plots.error_vs_dt(out / "error_vs_dt.png", dt_panels),
-        plots.error_vs_time(out / "error_vs_time.png", time_panels),
-        *analysis.write_table(table, out, methods, equations),
-    ]
-    if losses:
-        paths.append(plots.loss_overlay(out / "loss_overlay.png",
-                                        _overlay_panels(df, losses, run_keys, loss_time)))
-    cols = ["run_id", "experiment_id", *run_keys[:1], "equation", *run_keys[1:],
-            "global_rel_l2", "runtime_s", "compile_s", "pareto"]
-    df[cols].to_csv(out / "runs.csv", index=False)
-    pd.DataFrame(slopes).to_csv(out / "slopes.csv", index=False)
-    return paths + [out / "runs.csv", out / "slopes.csv"]
-
-
-def _overlay_panels(df: pd.DataFrame, losses: dict, run_keys: list[str], loss_time: float | None) -> dict:
-    """``{equation: (t, in_step, final)}`` for :func:`teng_eq.plots.loss_overlay`."""
-    panels = {}
-    chosen = df[df["run_id"].isin(list(losses))]
-    for eq, runs in chosen.groupby("equation", sort=True):
-        in_step, final, times = {}, {}, []
-        for _, row in runs.sort_values(run_keys).iterrows():
-            table, (steps, values) = losses[row["run_id"]]
-            t = np.nanmax(table[:, 1]) / 4 if loss_time is None else loss_time
-            n = analysis.step_near(table, t)
-            name = analysis.label(row, run_keys)
-            in_step[name] = analysis.in_step_losses(table, n)
-            final[name] = (np.asarray(steps) * row["dt"], values)
-            times.append(table[table[:, 0] == n, 1][0])
-        panels[eq] = (float(np.median(times)), in_step, final)
-    return panels
-
-
-def _run_losses(uri: str, df: pd.DataFrame, methods) -> dict:
-    """``{run_id: (loss table, (steps, step_loss))}`` of the sequential runs of ``methods``."""
-    ids = list(df.loc[df["method"].isin(list(methods)), "run_id"])
-    tables = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for run_id, path in artifact_copies(uri, ids, "tables/losses.csv", Path(tmp)).items():
-            table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-            if len(table) and np.isfinite(table[:, 1]).any():  # a global-in-time run has no t
-                tables[run_id] = table
-    step_loss = metric_curves(uri, list(tables), "step_loss")
-    return {run_id: (table, step_loss[run_id]) for run_id, table in tables.items()}
-
-
-def analyze(cfg: DictConfig) -> Path:
-    """Select, tabulate, plot, log; the output folder. Bad input: ``SystemExit("error: …")``."""
-    uri = cfg.tracking_uri or default_tracking_uri(ROOT)
-    sweep, exps, filter_string = _selection(cfg)
-    try:
-        parent = None
-        if sweep is not None:
-            parent = sweep_run(uri, latest_sweep(uri) if sweep == "latest" else sweep)
-        sweep_id = None if parent is None else parent.info.run_id
-        runs = load_runs(uri, experiments=exps, sweep=sweep_id, filter_string=filter_string)
-    except SelectionError as err:
-        _fail(str(err))
-    name = _selection_name(sweep_id, exps, filter_string)
-    jobs, n_other = (analysis.select_jobs(runs) if len(runs) else (runs, 0))
-    if n_other:
-        print(f"excluded {n_other} job run(s) not FINISHED")
-    if jobs.empty:
-        _fail(f"no FINISHED job runs in selection {name} of {uri}")
-
-    df = analysis.tidy(jobs)
-    df["pareto"] = analysis.pareto_by_equation(df)
-    curves = metric_curves(uri, list(df["run_id"]), "rel_l2")
-    out = Path(cfg.out).resolve() if cfg.out else ROOT / "reports" / name
-    losses = _run_losses(uri, df, cfg.loss_overlay or ())
-    methods, equations = list(cfg.method_order or ()), list(cfg.equation_order or ())
-    paths = write_report(df, curves, out, losses=losses, loss_time=cfg.loss_time, methods=methods,
-                         equations=equations)
-
-    table = analysis.summary_table(df)
-    print(analysis.table_markdown(table), end="")
-    print(analysis.wide_markdown(analysis.method_by_equation(table, methods, equations)), end="")
-    print(f"{len(df)} runs; varied: {', '.join(analysis.varied_axes(df)) or 'nothing'}")
-    print(f"wrote {', '.join(p.name for p in paths)} to {out}")
-    if cfg.mlflow:
-        if cfg.log_experiment:
-            log_exp = str(cfg.log_experiment)
-        elif parent is not None:
-            log_exp = experiment_name(uri, parent.info.experiment_id)
-        elif df["experiment_id"].nunique() == 1:
-            log_exp = experiment_name(uri, df["experiment_id"].iloc[0])
-        else:
-            log_exp = "analysis"
-        of = sweep_id or f"experiments={exps} filter={filter_string}"
-        params = {"sweep": sweep_id, "experiments": exps, "filter": filter_string,
-                  "n_runs": len(df), "n_excluded": n_other}
-        # A new experiment keeps its artifacts beside its sqlite store, as the default does.
-        root = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else ROOT
-        run_id = log_analysis(uri, log_exp, paths, analysis_of=of, run_name=f"analysis-{name}",
-                              params=params, artifact_root=root / "mlruns")
-        print(f"logged analysis run {run_id} in experiment {log_exp!r}")
-    return out
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="analyze")
 def main(cfg: DictConfig) -> None:
-    analyze(cfg)
+    analyze(cfg, ROOT)
 
 
 if __name__ == "__main__":

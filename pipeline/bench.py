@@ -43,8 +43,10 @@ from teng_eq.benchmark import (
 )
 from teng_eq.config import RunConfig
 from teng_eq.integrators import TENGStep
-from teng_eq.methods import TENG
-from teng_eq.simulation import prepare
+from teng_eq.methods.teng import TENG
+from teng_eq.preflight import key_namer
+from teng_eq.simulation import build_method
+from teng_eq.tracking import default_tracking_uri, tracked_run
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Heat's paper horizon T = 4 at Δt = 0.005.
@@ -74,16 +76,16 @@ def compose_config(overrides: list[str]) -> RunConfig:
     """conf/config.yaml with ``overrides``, composed by Hydra as pipeline/sweep.py does."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
-    return RunConfig.from_mapping(OmegaConf.to_container(cfg, resolve=True))
+    return RunConfig.from_mapping(OmegaConf.to_container(cfg, resolve=True), rename=key_namer(cfg))
 
 
-def step_at(problem, cfg: RunConfig, grid: int, solver: str, first: int, rest: int) -> TENGStep:
-    """``cfg``'s TENG step on a ``grid``² grid with another solver and subsample sizes."""
-    cfg = dataclasses.replace(cfg, grid=grid, solver=solver, subsample_first=first, subsample=rest)
-    eq = problem.equation
-    problem = dataclasses.replace(problem, quadrature=eq.quadrature(grid),
-                                  holdout=eq.holdout(grid, cfg.holdout.points(grid)))
-    return TENG.build(cfg, problem).step_fn
+def step_at(method: TENG, cfg: RunConfig, grid: int, solver: str, first: int, rest: int) -> TENGStep:
+    """``cfg``'s TENG step on the network of ``method`` (θ₀ as fitted there) on a
+    ``grid``² grid, with another solver and subsample sizes."""
+    options = dataclasses.replace(cfg.method.options, grid=grid, solver=solver, subsample_first=first,
+                                  subsample=rest)
+    quadrature = cfg.equation.quadrature(grid)
+    return TENG.parts(options, cfg.problem, method.space, quadrature)["advance"]
 
 
 COLUMNS = ["grid", "N", "n", "solver", "operator_ms", "jacobian_ms", "solve_ms", "update_ms",
@@ -132,17 +134,18 @@ def main(argv=None) -> int:
     info = machine()
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
     cfg = compose_config(args.overrides)
-    problem = prepare(cfg, cache_dir=args.cache_dir, log=lambda m: print(m, flush=True))
-    theta, key = problem.theta0, jax.random.PRNGKey(0)
+    o = cfg.method.options
+    method = build_method(cfg, cache_dir=args.cache_dir, log=lambda m: print(m, flush=True))
+    theta, key = method.theta0, jax.random.PRNGKey(0)
 
     # Whole steps: the default config against the naive yardstick.
-    print(f"\n## Whole TENG-{cfg.method.options.integrator} step ({cfg.iters}+{cfg.iters_later} iterations), "
-          f"grid {cfg.grid}², subsample {cfg.subsample_first}/{cfg.subsample}, {cfg.solver} vs naive")
-    step = step_at(problem, cfg, cfg.grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+    print(f"\n## Whole TENG-{o.integrator} step ({o.iters}+{o.iters_later} iterations), "
+          f"grid {o.grid}², subsample {o.subsample_first}/{o.subsample}, {o.solver} vs naive")
+    step = step_at(method, cfg, o.grid, o.solver, o.subsample_first, o.subsample)
     cmp = compare_with_naive(step, theta, key, rounds=args.naive_rounds)
     d, n = statistics.median(cmp.default_s), statistics.median(cmp.naive_s)
-    step_rows = [{"variant": "default", "grid": f"{cfg.grid}²", "step_s": d, "final_loss": cmp.default_loss},
-                 {"variant": "naive", "grid": f"{cfg.grid}²", "step_s": n, "final_loss": cmp.naive_loss}]
+    step_rows = [{"variant": "default", "grid": f"{o.grid}²", "step_s": d, "final_loss": cmp.default_loss},
+                 {"variant": "naive", "grid": f"{o.grid}²", "step_s": n, "final_loss": cmp.naive_loss}]
     print_table(step_rows, ["variant", "grid", "step_s", "final_loss"])
     print(f"naive / default = {cmp.ratio:.1f}x   (max |Δθ| between the two after one step: "
           f"{cmp.max_theta_diff:.1e}, null-space directions of the damped vs minimum-norm solve)")
@@ -154,13 +157,14 @@ def main(argv=None) -> int:
         print("\n## One iteration, part by part (ms, medians); operator = L[û] + target, once per stage")
         header_printed = False
         for grid in args.grids:
-            step = step_at(problem, cfg, grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+            step = step_at(method, cfg, grid, o.solver, o.subsample_first, o.subsample)
+            quadrature = cfg.equation.quadrature(grid)
             for n_sub in args.subsamples:
                 N = grid * grid
                 solvers = tuple(s for s in args.solvers
                                 if s == "cholesky" or solve_flops(s, N, n_sub) / 1e9 <= args.max_gflop)
                 slow = solve_flops("cholesky", N, n_sub) > 2e10
-                timings = time_iterations(step, theta, key, n_sub, solvers,
+                timings = time_iterations(step, quadrature, theta, key, n_sub, solvers,
                                           repeats=3 if slow else args.repeats)
                 new = [row(grid, t) for t in timings]
                 for r, t in zip(new, timings):
@@ -177,39 +181,37 @@ def main(argv=None) -> int:
 
         # Whole default steps at the larger grids.
         for grid in args.grids:
-            if grid == cfg.grid:
+            if grid == o.grid:
                 continue
-            step = step_at(problem, cfg, grid, cfg.solver, cfg.subsample_first, cfg.subsample)
+            step = step_at(method, cfg, grid, o.solver, o.subsample_first, o.subsample)
             fn = compiled_step(step, theta, key)
             t = median_seconds(fn, theta, key, repeats=3)
             step_rows.append({"variant": "default", "grid": f"{grid}²", "step_s": t,
-                              "final_loss": float(fn(theta, key)[1].loss)})
+                              "final_loss": float(fn(theta, key)[1].metrics["step_loss"])})
             print(f"whole default step at {grid}²: {t:.3f} s", flush=True)
 
     if args.paper:
         print("\n## Paper-size step: grid 512², subsample 1536/1024, "
-              f"TENG-{cfg.method.options.integrator} {cfg.iters}+{cfg.iters_later}, {cfg.solver}")
-        step = step_at(problem, cfg, 512, cfg.solver, 1536, 1024)
+              f"TENG-{o.integrator} {o.iters}+{o.iters_later}, {o.solver}")
+        step = step_at(method, cfg, 512, o.solver, 1536, 1024)
         t0 = time.perf_counter()
         fn = compiled_step(step, theta, key)
         compile_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        _, log = jax.block_until_ready(fn(theta, key))
+        _, record = jax.block_until_ready(fn(theta, key))
         step_s = time.perf_counter() - t0
-        timings = time_iterations(step, theta, key, 1024, (cfg.solver,), repeats=1)[0]
+        loss = float(record.metrics["step_loss"])
+        timings = time_iterations(step, cfg.equation.quadrature(512), theta, key, 1024, (o.solver,), repeats=1)[0]
         print_table([row(512, timings)], COLUMNS)
-        print(f"one step: {step_s:.1f} s (compile {compile_s:.1f} s), final loss {float(log.loss):.2e}; "
+        print(f"one step: {step_s:.1f} s (compile {compile_s:.1f} s), final loss {loss:.2e}; "
               f"projected {PAPER_STEPS} steps (heat, T=4, Δt=0.005): {PAPER_STEPS * step_s / 3600:.1f} h")
-        step_rows.append({"variant": "default", "grid": "512²", "step_s": step_s,
-                          "final_loss": float(log.loss)})
+        step_rows.append({"variant": "default", "grid": "512²", "step_s": step_s, "final_loss": loss})
         rows.append(row(512, timings))
 
     total = time.perf_counter() - start
     print(f"\nbench total: {total:.0f} s (load average now {os.getloadavg()[0]:.2f})")
 
     if args.mlflow:
-        from teng_eq.tracking import default_tracking_uri, tracked_run
-
         with tracked_run(default_tracking_uri(ROOT), "bench", artifact_root=ROOT / "mlruns",
                          run_name="bench", tags={"kind": "benchmark"}) as run:
             run.params({**info, "argv": " ".join(sys.argv[1:])})

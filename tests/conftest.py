@@ -25,8 +25,10 @@ def make_config(*overrides):
     from omegaconf import OmegaConf
 
     from teng_eq.config import RunConfig
+    from teng_eq.preflight import key_namer
 
-    return RunConfig.from_mapping(OmegaConf.to_container(compose_conf(overrides), resolve=True))
+    cfg = compose_conf(overrides)
+    return RunConfig.from_mapping(OmegaConf.to_container(cfg, resolve=True), rename=key_namer(cfg))
 
 
 @pytest.fixture
@@ -45,9 +47,9 @@ def cache_dir(tmp_path_factory) -> Path:
 def warm_cache(cache_dir) -> Path:
     """``cache_dir`` holding θ₀ of the tiny problem below, fitted once in-process,
     so that parallel sweep jobs never fit it twice side by side."""
-    from teng_eq.simulation import prepare
+    from teng_eq.simulation import build_method
 
-    prepare(make_config("equation.initial_condition=sines2d", "grid=32"), cache_dir=cache_dir)
+    build_method(make_config("equation.initial_condition=sines2d", "grid=32"), cache_dir=cache_dir)
     return cache_dir
 
 
@@ -55,10 +57,10 @@ def warm_cache(cache_dir) -> Path:
 TINY = ["equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "t_final=0.08", "progress=false"]
 
 
-def run_sweep(tmp_path, uri, cache_dir, *overrides, multirun=True, timeout=900):
+def run_sweep(tmp_path, uri, cache_dir, *overrides, multirun=True, timeout=900, tiny=TINY):
     """Run pipeline/sweep.py on the tiny problem in a subprocess; the finished process."""
     cmd = [sys.executable, str(ROOT / "pipeline" / "sweep.py"), *(["-m"] if multirun else []),
-           *TINY, f"tracking_uri={uri}", f"cache_dir={cache_dir}",
+           *tiny, f"tracking_uri={uri}", f"cache_dir={cache_dir}",
            f"hydra.sweep.dir={tmp_path / 'multirun'}", f"hydra.run.dir={tmp_path / 'outputs'}",
            *overrides]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}

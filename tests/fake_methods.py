@@ -16,7 +16,14 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from teng_eq.methods.base import Method, StepInfo
+from teng_eq.methods.base import Method
+from teng_eq.results import StepRecord
+
+#: Overrides that turn the default method group (teng_heun) into :class:`Toy`: its
+#: class, its two keys, and none of TENG's.
+TOY = ["method.impl=fake_methods:Toy", "+method.growth=1.5", "+method.nan_at=0",
+       *(f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first", "subsample",
+                                      "solver", "damping", "stopping", "holdout", "grid", "network", "fit"))]
 
 
 class Toy(Method):
@@ -25,16 +32,18 @@ class Toy(Method):
         growth: float
         nan_at: int
 
-    uses_theta0 = False
     growth: float = eqx.field(static=True)
     nan_at: int = eqx.field(static=True)
 
     @classmethod
-    def build(cls, cfg, problem):
-        o = cfg.method.options
-        return cls(steps=cfg.n_steps, growth=o.growth, nan_at=o.nan_at)
+    def build(cls, options, problem, *, cache_dir=None, log=None):
+        return cls(steps=problem.steps, growth=options.growth, nan_at=options.nan_at)
 
-    def init(self, theta0):
+    @classmethod
+    def network_template(cls, options, problem):
+        return jnp.zeros(3)
+
+    def init(self):
         return {"a": jnp.array([1.0, 0.5, -0.25]), "n": jnp.zeros((), jnp.int32)}
 
     def step(self, state, key):
@@ -42,9 +51,9 @@ class Toy(Method):
         a = state["a"] * self.growth + 1e-6 * jax.random.normal(key, (3,))
         a = jnp.where(n == self.nan_at, jnp.nan, a)
         loss = jnp.sum(a * a)
-        info = StepInfo(losses=jnp.stack([loss, loss])[None], lsq=jnp.full((1, 2), 0.5),
-                        scalars={"step_loss": loss})
-        return {"a": a, "n": n}, info
+        record = StepRecord(losses=jnp.stack([loss, loss])[None], lsq=jnp.full((1, 2), 0.5),
+                            metrics={"step_loss": loss})
+        return {"a": a, "n": n}, record
 
     def values(self, state, points, t):
         a = state["a"]

@@ -6,7 +6,6 @@ another equation in another experiment, a FAILED job, an older sweep's job and
 a job from before run_kind tags existed.
 """
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from conftest import ROOT
 from hydra import compose, initialize_config_dir
 from mlflow.entities import Metric, Param
 
-from teng_eq import analysis
+from teng_eq import analysis, report
 from teng_eq.tracking import SelectionError, load_runs, metric_curves
 
 T_FINAL = 0.04
@@ -103,12 +102,9 @@ def _analyze(tmp, uri, *overrides):
     )
 
 
-def _script():
-    """pipeline/analyze.py as a module, to call its ``analyze(cfg)`` in this process."""
-    spec = importlib.util.spec_from_file_location("analyze_script", ROOT / "pipeline" / "analyze.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _analyze_here(cfg):
+    """What pipeline/analyze.py runs, in this process."""
+    return report.analyze(cfg, ROOT)
 
 
 def _compose(*overrides):
@@ -270,7 +266,7 @@ def test_analyze_writes_report_that_matches_mlflow(store):
     assert logged == {f"reports/{p.name}" for p in out.iterdir()}
 
     # A later analysis of the whole experiment counts jobs only: not the sweep, not itself.
-    _script().analyze(_compose(f"tracking_uri={uri}", "experiments=[heat]", "mlflow=false",
+    _analyze_here(_compose(f"tracking_uri={uri}", "experiments=[heat]", "mlflow=false",
                                f"out={tmp / 'again'}"))
     again = pd.read_csv(tmp / "again" / "runs.csv")
     assert set(again["run_id"]) == set(ids["jobs"][:6]) | {ids["foreign"], ids["legacy"]}
@@ -288,7 +284,7 @@ def test_analyze_bad_selection_one_line_nothing_logged(store, override, message)
     client = mlflow.tracking.MlflowClient(uri)
     before = len(client.search_runs([e.experiment_id for e in client.search_experiments()]))
     with pytest.raises(SystemExit) as exc:
-        _script().analyze(_compose(f"tracking_uri={uri}", override, f"out={tmp / 'bad'}"))
+        _analyze_here(_compose(f"tracking_uri={uri}", override, f"out={tmp / 'bad'}"))
     assert str(exc.value.code).startswith("error: " + message.format(uri=uri))
     assert "\n" not in str(exc.value.code)
     assert not (tmp / "bad").exists()
@@ -299,7 +295,7 @@ def test_analyze_bad_selection_one_line_nothing_logged(store, override, message)
 def test_analyze_refuses_a_store_that_does_not_exist(tmp_path):
     uri = f"sqlite:///{tmp_path / 'none.db'}"
     with pytest.raises(SystemExit, match=r"tracking_uri='sqlite:///.*none.db': no such MLflow store"):
-        _script().analyze(_compose(f"tracking_uri={uri}"))
+        _analyze_here(_compose(f"tracking_uri={uri}"))
     assert not (tmp_path / "none.db").exists()
 
 
@@ -315,7 +311,7 @@ def test_report_groups_by_the_swept_axes(tmp_path):
     })
     df["pareto"] = analysis.pareto_by_equation(df)
     curves = {r: ([0, 1, 2], [1e-7, e / 2, e]) for r, e in zip(df["run_id"], err)}
-    paths = _script().write_report(df, curves, tmp_path)
+    paths = report.write_report(df, curves, tmp_path)
     assert {p.name for p in paths} == {"error_vs_runtime.png", "error_vs_dt.png",
                                        "error_vs_time.png", "table.md", "table.csv", "runs.csv",
                                        "slopes.csv"}
@@ -399,7 +395,7 @@ def test_analyze_overlays_in_step_losses_from_the_artifacts(tmp_path):
         client.log_artifact(run_id, str(tmp_path / "losses.csv"), "tables")
         client.set_terminated(run_id)
     client.set_terminated(parent)
-    module = _script()
+    module = report
     df = analysis.tidy(analysis.select_jobs(load_runs(uri, sweep="latest"))[0])
     losses = module._run_losses(uri, df, ["teng_euler", "obti_adam", "pinn_bfgs"])
     assert sorted(df.set_index("run_id").loc[list(losses), "method"]) == ["obti_adam", "teng_euler"]

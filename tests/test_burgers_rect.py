@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import make_config
 
-from teng_eq.simulation import build_network
+from teng_eq.model import parameter_count
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,8 @@ def rel_l2(a, b) -> float:
 
 def test_periods_of_the_network_and_the_initial_condition(rect):
     assert rect.periods == (2.0, 2 * math.pi)
-    net = build_network(make_config("equation=burgers_rect"))
+    cfg = make_config("equation=burgers_rect")
+    net = cfg.method.cls.network_template(cfg.method.options, cfg.problem)
     np.testing.assert_allclose(net.embedding.wavenumbers, (math.pi, 1.0))
     x = jax.random.uniform(jax.random.PRNGKey(1), (20, 2), maxval=2.0)
     shift = jnp.array([2.0, -2 * math.pi])

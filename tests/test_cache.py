@@ -11,6 +11,7 @@ import pytest
 from conftest import make_config
 
 from teng_eq import initial_fit
+from teng_eq.initial_fit import FitReport
 from teng_eq import reference as ref
 from teng_eq.cache import check_arrays, load_arrays, store_arrays
 
@@ -110,44 +111,44 @@ def test_damaged_reference_is_rebuilt(tmp_path, damage, caplog):
 def test_damaged_theta0_is_refitted(tmp_path, monkeypatch, damage, caplog):
     fits = []
 
-    def fit(net, u0, points, weight, *, key, fit, solver, damping, log=None):  # stands for the minutes-long fit
+    def fit(net, u0, quadrature, *, key, fit, log=None):  # stands for the minutes-long fit
         fits.append(1)
-        return jnp.arange(5.0) * len(fits), {"stage1_loss": 1e-8, "stage2_loss": 1e-14, "stage2_rel_loss": 1e-15,
-                                             "converged": True, "stage1_s": 1.0, "stage2_s": 2.0}
+        return jnp.arange(5.0) * len(fits), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
+                                                      converged=True, stage1_s=1.0, stage2_s=2.0)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     description = {"initial_condition": "sines2d", "grid": 32, "seed": 0}
-    call = {"net": None, "u0": None, "points": None, "weight": 1.0, "key": None, "fit": None,
-            "solver": "cholesky", "damping": 1e-7, "description": description, "directory": tmp_path}
-    theta, info = initial_fit.cached_initial_parameters(**call)
-    assert info["cached"] is False and len(fits) == 1
-    theta, info = initial_fit.cached_initial_parameters(**call)
-    assert info["cached"] is True and len(fits) == 1 and info["stage2_loss"] == 1e-14
+    call = {"net": None, "u0": None, "quadrature": None, "key": None, "fit": None,
+            "description": description, "directory": tmp_path}
+    theta, report = initial_fit.cached_initial_parameters(**call)
+    assert report.cached is False and len(fits) == 1
+    theta, report = initial_fit.cached_initial_parameters(**call)
+    assert report.cached is True and len(fits) == 1 and report.stage2_loss == 1e-14 and report.seconds == 0
     np.testing.assert_array_equal(theta, np.arange(5.0))
     (path,) = (tmp_path / "theta0").glob("*.npz")
     damage(path)
-    theta, info = initial_fit.cached_initial_parameters(**call)
-    assert info["cached"] is False and len(fits) == 2 and f"cache entry {path} is" in caplog.text
+    theta, report = initial_fit.cached_initial_parameters(**call)
+    assert report.cached is False and len(fits) == 2 and f"cache entry {path} is" in caplog.text
     np.testing.assert_array_equal(theta, 2 * np.arange(5.0))
-    assert initial_fit.cached_initial_parameters(**call)[1]["cached"] is True
+    assert initial_fit.cached_initial_parameters(**call)[1].cached is True
 
 
 def test_a_fit_above_its_tolerance_is_returned_but_not_cached(tmp_path, monkeypatch):
     """An unconverged θ₀ fit is used with a warning, never written: the next run fits again."""
     fits = []
 
-    def fit(net, u0, points, weight, *, key, fit, solver, damping, log=None):
+    def fit(net, u0, quadrature, *, key, fit, log=None):
         fits.append(1)
-        return jnp.arange(5.0), {"stage1_loss": 1e-8, "stage2_loss": 1e-10, "stage2_rel_loss": 1e-10,
-                                 "converged": False, "stage1_s": 1.0, "stage2_s": 2.0}
+        return jnp.arange(5.0), FitReport(stage1_loss=1e-8, stage2_loss=1e-10, stage2_rel_loss=1e-10,
+                                          converged=False, stage1_s=1.0, stage2_s=2.0)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
-    call = {"net": None, "u0": None, "points": None, "weight": 1.0, "key": None,
-            "fit": types.SimpleNamespace(stage2_tol=5e-14), "solver": "cholesky", "damping": 1e-7,
+    call = {"net": None, "u0": None, "quadrature": None, "key": None,
+            "fit": types.SimpleNamespace(stage2_tol=5e-14),
             "description": {"initial_condition": "sines2d", "grid": 32, "seed": 0}, "directory": tmp_path}
     for n in (1, 2):
         with pytest.warns(UserWarning, match=r"relative loss 1\.00e-10 > fit\.stage2_tol=5e-14; not cached"):
-            theta, info = initial_fit.cached_initial_parameters(**call)
-        assert info["cached"] is False and len(fits) == n
+            theta, report = initial_fit.cached_initial_parameters(**call)
+        assert report.cached is False and len(fits) == n
         np.testing.assert_array_equal(theta, np.arange(5.0))
     assert not list(tmp_path.rglob("*.npz"))

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from conftest import make_config
 
-from teng_eq.checkpoint import CheckpointStore
-from teng_eq.simulation import Diverged, _divergence, run_simulation
+from fake_methods import TOY
 
-TOY = ["method.impl=fake_methods:Toy", "~method.integrator", "+method.growth=1.5", "+method.nan_at=0",
-       "dt=0.02", "t_final=0.2", "grid=16", "holdout.grid=8", "eval_grid=32",
-       "equation.initial_condition=sines2d"]
+from teng_eq.checkpoint import CheckpointStore
+from teng_eq.errors import Diverged
+from teng_eq.simulation import divergence_reason, run_simulation
 
 
 def toy(*overrides):
-    return make_config(*TOY, *overrides)
+    return make_config(*TOY, "dt=0.02", "t_final=0.2", "eval_grid=32", "equation.initial_condition=sines2d",
+                       *overrides)
 
 
 class Stop(Exception):
@@ -26,7 +26,7 @@ def _records(cfg, store=None, stop_after=None, **kw):
     seen = []
 
     def on_step(rec):
-        seen.append((rec.step, dict(rec.metrics), rec.losses.copy()))
+        seen.append((rec.step, dict(rec.metrics), rec.table()))
         if stop_after is not None and rec.step == stop_after:
             raise Stop
 
@@ -41,9 +41,9 @@ def _same(a, b):
     """The two runs' results agree exactly, timings aside."""
     np.testing.assert_array_equal(a.rel_l2, b.rel_l2)
     assert a.global_rel_l2 == b.global_rel_l2
-    assert a.scalars.keys() == b.scalars.keys()
-    for k in a.scalars:
-        np.testing.assert_array_equal(a.scalars[k], b.scalars[k])
+    assert a.metrics.keys() == b.metrics.keys()
+    for k in a.metrics:
+        np.testing.assert_array_equal(a.metrics[k], b.metrics[k])
     for x, y in zip(a.losses, b.losses, strict=True):
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(a.network, b.network)
@@ -107,7 +107,7 @@ def test_blow_up_stops_at_the_step_and_keeps_the_last_good_one(tmp_path):
     _same(resumed, _records(cfg, divergence_factor=1e12)[0])
 
 
-def test_nan_is_divergence(tmp_path):
+def test_nan_isdivergence_reason(tmp_path):
     with pytest.raises(Diverged, match=r"diverged at step 7 .*non-finite") as err:
         _records(toy("method.nan_at=7"))
     assert err.value.last_good_step == 6
@@ -117,6 +117,6 @@ def test_round_off_losses_may_jump_without_diverging():
     """Step losses at round-off level (1e-17 against ‖u‖² = 1) jump by 1e7 without a
     blow-up: the median is floored at ε‖u‖²; with nothing to floor it they would count."""
     losses = np.full(10, 1e-17)
-    assert _divergence({"step_loss": 1e-10}, losses, 10, 1e6, scale=1.0) is None
-    assert "times the median" in _divergence({"step_loss": 1e-10}, losses, 10, 1e6, scale=0.0)
-    assert "times the median" in _divergence({"step_loss": 1e-8}, losses, 10, 1e6, scale=1.0)
+    assert divergence_reason({"step_loss": 1e-10}, losses, 10, 1e6, scale=1.0) is None
+    assert "times the median" in divergence_reason({"step_loss": 1e-10}, losses, 10, 1e6, scale=0.0)
+    assert "times the median" in divergence_reason({"step_loss": 1e-8}, losses, 10, 1e6, scale=1.0)

@@ -1,47 +1,71 @@
-import importlib.util
 import socket
 import time
+from pathlib import Path
 
 import pytest
-from conftest import CONF, ROOT
-from omegaconf import OmegaConf
+from conftest import CONF, make_config
 
-from teng_eq.config import ConfigError, RunConfig, check_group_choices
-
-
-def _run_config(cfg):
-    return RunConfig.from_mapping(OmegaConf.to_container(cfg, resolve=True))
+from teng_eq import preflight as checks
+from teng_eq.errors import ConfigError
+from teng_eq.model import parameter_count
+from teng_eq.preflight import check_group_choices
 
 
-def test_defaults_compose_to_cpu_heat_heun(compose_config):
-    run = _run_config(compose_config())
-    assert (run.equation.name, run.method.options.integrator, run.equation.nu) == ("heat", "heun", 0.1)
-    assert run.n_params == 8361
+def test_defaults_compose_to_cpu_heat_heun():
+    run = make_config()
+    o = run.method.options
+    assert (run.equation.name, o.integrator, run.equation.nu) == ("heat", "heun", 0.1)
+    assert parameter_count(o.network, run.equation.dim, run.equation.periods) == 8361
 
 
 @pytest.mark.parametrize(
     "preset, equation, dt",
     [("paper_heat2d", "heat", 0.005), ("paper_allen_cahn", "allen_cahn", 0.005), ("paper_burgers", "burgers", 0.001)],
 )
-def test_paper_presets(compose_config, preset, equation, dt):
-    run = _run_config(compose_config([f"+experiment={preset}"]))
+def test_paper_presets(preset, equation, dt):
+    run = make_config(f"experiment={preset}")
+    o = run.method.options
     assert (run.equation.name, run.method.name, run.dt, run.t_final) == (equation, "teng_heun", dt, 4.0)
-    assert (run.grid, run.subsample_first, run.subsample, run.iters, run.iters_later) == (512, 1536, 1024, 7, 5)
+    assert (o.grid, o.subsample_first, o.subsample, o.iters, o.iters_later) == (512, 1536, 1024, 7, 5)
 
 
 @pytest.mark.parametrize("method, integrator", [("teng_euler", "euler"), ("teng_heun", "heun"), ("teng_rk4", "rk4")])
-def test_method_group(compose_config, method, integrator):
-    run = _run_config(compose_config([f"method={method}"]))
+def test_method_group(method, integrator):
+    run = make_config(f"method={method}")
     assert (run.method.name, run.method.options.integrator) == (method, integrator)
+
+
+def _groups(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if not p.stem.startswith("_"))
+
+
+@pytest.mark.parametrize("equation", _groups("equation"))
+@pytest.mark.parametrize("method", _groups("method"))
+def test_every_equation_and_method_composes(equation, method):
+    """Every pair composes; it validates, or is refused in one line by the method's own
+    check (the baselines need a periodic domain; PINN-ENGD a linear equation)."""
+    try:
+        run = make_config(f"equation={equation}", f"method={method}")
+    except ConfigError as err:
+        assert str(err).startswith("invalid config: equation=") and "\n" not in str(err)
+        assert method in ("tdvp_rk4", "obti_adam", "obti_lbfgs", "pinn_bfgs", "pinn_engd")
+        return
+    assert (run.equation.name, run.method.name) == (equation, method)
+
+
+@pytest.mark.parametrize("preset", _groups("experiment"))
+def test_every_preset_composes(preset):
+    """Every preset composes and validates (a Table-1 preset: each of its cases)."""
+    cases = _groups("table1_case") if preset.startswith("table1") else [None]
+    for case in cases:
+        run = make_config(f"experiment={preset}", *([f"table1_case={case}"] if case else []))
+        assert run.t_final in (0.05, 4.0, 8.0)
 
 
 @pytest.fixture(scope="module")
 def preflight():
     """``pipeline/sweep.py``'s own check of a command line (every job of it)."""
-    spec = importlib.util.spec_from_file_location("sweep_script", ROOT / "pipeline" / "sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.preflight
+    return lambda argv: checks.preflight(argv, CONF)
 
 
 def _closed_port() -> int:
@@ -77,6 +101,14 @@ MALFORMED = [
     (["network.width=0"], "network.width=0"),
     (["fit.stage1_tol=0"], "fit.stage1_tol=0.0"),
     (["method.integrator=rk5"], "method.integrator='rk5'"),
+    (["+experiment=paper_heat2d"], "+experiment=paper_heat2d: experiment is in the defaults list"),
+    (["stopping.min_iters=6"], "stopping.min_iters=6"),  # above iters_later = 5, a cross-key check
+    (["fit.solver=lu"], "fit.solver='lu'"),
+    (["method=pinn_bfgs", "iters=5"], "iters='5': method pinn_bfgs does not use it"),
+    (["method=pinn_bfgs", "grid=32"], "grid='32': method pinn_bfgs does not use it"),
+    (["method=tdvp_rk4", "subsample=64"], "subsample='64': method tdvp_rk4 does not use it"),
+    (["method=tdvp_rk4", "method.subsample=9000"], "method.subsample=9000: must be an integer in [1, 8361]"),
+    (["-m", "method=teng_heun,obti_adam", "stopping.policy=adaptive"], "stopping.policy='adaptive'"),
     (["equation.nu=-1"], "equation.nu=-1"),
     (["equation.initial_condition=nope"], "equation.initial_condition='nope'"),
     (["tracking_uri=ftp://host/x"], "tracking_uri=ftp://host/x: not a store URI"),
@@ -114,8 +146,11 @@ def test_good_command_lines_pass(preflight, tmp_path):
     assert preflight([uri, cache]) == 1
     assert preflight(["-m", uri, cache, "dt=0.02,0.04", "method=teng_euler,teng_rk4"]) == 4
     assert preflight(["-m", uri, cache, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "dt=0.02"]) == 1
+    assert preflight(["-m", uri, cache, "experiment=table1_cpu"]) == 19  # the preset's own sweep
+    # θ₀'s fit reads solver and damping, so every method that starts from θ₀ uses them.
+    assert preflight([uri, cache, "method=obti_adam", "solver=qr", "grid=32"]) == 1
     assert preflight(["--cfg", "job"]) == 0  # Hydra's own business
 
 
 def test_known_group_choices_pass():
-    check_group_choices(["-m", "equation=heat,burgers", "method=teng_rk4", "+experiment=paper_heat2d", "dt=0.1"], CONF)
+    check_group_choices(["-m", "equation=heat,burgers", "method=teng_rk4", "experiment=paper_heat2d", "dt=0.1"], CONF)

@@ -4,6 +4,7 @@ code asks of it; operators by autodiff against calculus; initial conditions."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import jax
@@ -13,7 +14,7 @@ import pytest
 from conftest import CONF, make_config
 from scipy.spatial import cKDTree
 
-from teng_eq.config import ConfigError
+from teng_eq.errors import ConfigError
 from teng_eq.equations import Equation, build_equation, operator
 from teng_eq.equations.periodic import paper_initial_condition
 
@@ -89,16 +90,20 @@ def test_every_equation_declares_its_pieces(name):
 
 def test_no_equation_is_named_anywhere_else():
     """Adding an equation is its module and its yaml: no module outside the equations
-    package names one of them (a dispatch on names) or imports an equation class."""
-    src = Path(__file__).resolve().parents[1] / "src" / "teng_eq"
+    package (the library's package files and the pipeline's scripts included) names
+    one of them (a dispatch on names) or imports an equation module."""
+    root = Path(__file__).resolve().parents[1]
+    src = root / "src" / "teng_eq"
     names = [f'"{n}"' for n in EQUATIONS] + [f"'{n}'" for n in EQUATIONS] + ["EQUATIONS", "make_equation"]
-    for path in src.rglob("*.py"):
-        if "equations" in path.parts or path.name == "__init__.py":
-            continue
+    modules = [p for p in src.rglob("*.py") if "equations" not in p.relative_to(src).parts]
+    modules += sorted((root / "pipeline").glob("*.py"))
+    assert src / "__init__.py" in modules and len(modules) > 30
+    for path in modules:
         text = path.read_text()
         hits = [n for n in names if n in text]
-        assert not hits, f"{path.relative_to(src)} names {hits}"
-        assert "from teng_eq.equations." not in text, f"{path.relative_to(src)} imports an equation module"
+        assert not hits, f"{path.relative_to(root)} names {hits}"
+        assert not re.search(r"(from|import) teng_eq\.equations\.", text), \
+            f"{path.relative_to(root)} imports an equation module"
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from conftest import ROOT, make_config
 from teng_eq.equations.heat3d import A000, A, B
 from teng_eq.grid import grid_points
 from teng_eq.reference import save_npz
-from teng_eq.simulation import build_network
+from teng_eq.model import parameter_count
 
 # --- 3-D heat ----------------------------------------------------------------------------
 
@@ -77,20 +77,22 @@ def test_heat3d_reference_satisfies_the_pde(heat3d):
 
 def test_heat3d_network_is_periodic_in_three_dimensions(heat3d):
     cfg = make_config("equation=heat3d")
-    net = build_network(cfg)
+    net = cfg.method.cls.network_template(cfg.method.options, cfg.problem)
     x = jax.random.uniform(jax.random.PRNGKey(1), (20, 3), maxval=2 * math.pi)
     shift = jnp.array([2 * math.pi, -4 * math.pi, 2 * math.pi])
     np.testing.assert_allclose(jax.vmap(net)(x), jax.vmap(net)(x + shift), rtol=0, atol=1e-13)
-    assert net.embedding.a.shape == (3, cfg.network.features)
+    assert net.embedding.a.shape == (3, cfg.method.options.network.features)
 
 
 def test_heat3d_cpu_default_is_a_coarse_grid():
-    """``equation=heat3d`` alone sizes the run for a CPU (its yaml sets the grids), while
-    the command line still wins, and other equations keep the base grids."""
+    """``equation=heat3d`` alone sizes the run for a CPU (its yaml's ``cpu`` block, read by
+    conf/config.yaml), while the command line still wins, and other equations keep the
+    base grids."""
     cfg = make_config("equation=heat3d")
-    assert (cfg.grid, cfg.eval_grid, cfg.n_params) == (16, 32, 9221)
-    assert make_config("equation=heat3d", "grid=20").grid == 20
-    assert make_config().grid == 64
+    o = cfg.method.options
+    assert (o.grid, cfg.eval_grid, parameter_count(o.network, 3, cfg.equation.periods)) == (16, 32, 9221)
+    assert make_config("equation=heat3d", "grid=20").method.options.grid == 20
+    assert make_config().method.options.grid == 64
 
 
 def test_heat3d_save_npz_and_script(tmp_path, heat3d):

@@ -15,15 +15,15 @@ import pytest
 import scipy.special as sp
 from conftest import ROOT, make_config
 
-from teng_eq.config import ConfigError
+from teng_eq.errors import ConfigError
 from teng_eq.equations import operator
 from teng_eq.equations.heat_disk import PAPER_DISK, disk_harmonic
-from teng_eq.grid import circle_points, disk_quadrature
+from teng_eq.grid import Quadrature, circle_points, disk_quadrature
 from teng_eq.integrators import HEUN, TENGStep
-from teng_eq.model import ParamSpace, TENGNet
+from teng_eq.model import ParamSpace, TENGNet, parameter_count
 from teng_eq.reference import save_npz
 from teng_eq.reference.bessel import bessel_zero, disk_harmonics
-from teng_eq.stepper import StageLog, Stepper
+from teng_eq.stepper import StageLog, StageSolver
 
 # --- the disk: exact solution, quadrature ---------------------------------------------------
 
@@ -124,7 +124,7 @@ def test_cartesian_network_factored_jacobian_equals_autodiff():
     np.testing.assert_allclose(G[:, gcol] * H[:, hcol], J_ref, rtol=0, atol=1e-13 * float(jnp.abs(J_ref).max()))
 
 
-def test_stepper_with_point_weights_is_the_weighted_least_squares():
+def test_stage_solver_with_point_weights_is_the_weighted_least_squares():
     """Weight 2 on a point is that point twice: one weighted iteration equals one on the
     duplicated points (same subset), loss and step."""
     net = TENGNet(dim=2, features=4, width=12, depth=4, periodic=False, key=jax.random.PRNGKey(0))
@@ -134,20 +134,21 @@ def test_stepper_with_point_weights_is_the_weighted_least_squares():
     pts = rng.uniform(-1, 1, (300, 2))
     w = np.where(np.arange(300) < 100, 2.0, 1.0) * 0.01
     target = jnp.asarray(np.sin(pts[:, 0]) * pts[:, 1])
-    weighted = Stepper(space, pts, jnp.asarray(w), solver="qr", damping=0.0)
-    doubled = Stepper(space, np.concatenate([pts, pts[:100]]), 0.01, solver="qr", damping=0.0)
+    weighted = StageSolver(space, Quadrature(pts, jnp.asarray(w)), solver="qr", damping=0.0)
+    doubled = StageSolver(space, Quadrature(np.concatenate([pts, pts[:100]]), 0.01), solver="qr", damping=0.0)
     key = jax.random.PRNGKey(5)
     th_w, loss_w, _ = weighted.iteration(theta, target, key, 48)
     th_d, loss_d, _ = doubled.iteration(theta, jnp.concatenate([target, target[:100]]), key, 48)
     assert float(loss_w) == pytest.approx(float(loss_d), rel=1e-12)
     np.testing.assert_allclose(th_w - theta, th_d - theta, rtol=0, atol=1e-8 * float(jnp.abs(th_d - theta).max()))
     # …and the weights matter: the same points with one weight take another step.
-    th_u, _, _ = Stepper(space, pts, 0.01, solver="qr", damping=0.0).iteration(theta, target, key, 48)
+    th_u, _, _ = StageSolver(space, Quadrature(pts, 0.01), solver="qr", damping=0.0).iteration(
+        theta, target, key, 48)
     assert float(jnp.abs(th_u - th_w).max()) > 1e-3 * float(jnp.abs(th_w - theta).max())
 
 
 class _Recorder(eqx.Module):
-    """A stand-in stepper that records every stage target and leaves θ unchanged."""
+    """A stand-in stage solver that records every stage target and leaves θ unchanged."""
 
     space: ParamSpace
     points: jax.Array
@@ -160,7 +161,7 @@ class _Recorder(eqx.Module):
         self.targets.append(np.asarray(target))
         nan, zero = jnp.full((), jnp.nan), jnp.zeros((), jnp.int32)
         return theta, StageLog(loss=jnp.full(iters + 1, nan), lsq=jnp.full(iters, nan), final_loss=nan,
-                               iterations=zero, fallbacks=zero, zero_steps=zero)
+                               iterations=zero, events={"fallbacks": zero, "zero_steps": zero})
 
 
 def test_stage_targets_hold_the_boundary_value():
@@ -171,7 +172,7 @@ def test_stage_targets_hold_the_boundary_value():
     space = ParamSpace(net)
     theta = space.flatten(net)
     rec = _Recorder(space, quad.points, [])
-    step = TENGStep(integrator=HEUN, stepper=rec, equation=eq, dt=0.01, iters=1, iters_later=1,
+    step = TENGStep(tableau=HEUN, solver=rec, equation=eq, dt=0.01, iters=1, iters_later=1,
                     subsample_first=8, subsample=8, boundary=quad.boundary)
     step(theta, jax.random.PRNGKey(0))
     u = np.asarray(space.apply(theta, quad.points))
@@ -191,7 +192,8 @@ def test_bad_disk_values_name_the_key():
 def test_disk_cpu_default():
     """``equation=heat_disk`` alone takes the Δt at which TENG-Heun is stable here."""
     cfg = make_config("equation=heat_disk")
-    assert (cfg.dt, cfg.t_final, cfg.grid, cfg.n_params) == (0.001, 0.1, 64, 6721)
+    n = parameter_count(cfg.method.options.network, 2, None)
+    assert (cfg.dt, cfg.t_final, cfg.method.options.grid, n) == (0.001, 0.1, 64, 6721)
 
 
 def test_disk_save_npz_and_script(tmp_path, disk):

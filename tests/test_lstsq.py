@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from teng_eq.lstsq import SOLVERS, gram, least_squares, least_squares_rows, row_blocks
+from teng_eq.results import RESULTS
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -51,8 +52,8 @@ def test_row_blocks_give_the_same_solution(solver):
     A, b = rng.standard_normal((400, 300)), rng.standard_normal(400)
     blocks = [jnp.asarray(A.T[a:c]) for a, c in row_blocks(300, block=64)]
     assert len(blocks) == 5
-    x_rows, fallback = least_squares_rows(blocks, b, solver, damping=1e-10)
-    assert not fallback
+    x_rows, result = least_squares_rows(blocks, b, solver, damping=1e-10)
+    assert bool(result == RESULTS.successful)
     x = np.asarray(least_squares(A, b, solver, damping=1e-10))
     np.testing.assert_allclose(np.asarray(x_rows), x, rtol=1e-9, atol=1e-9 * np.abs(x).max())
 
@@ -65,10 +66,10 @@ def test_cholesky_breakdown_falls_back_to_qr_and_says_so():
     A = rng.standard_normal((50, 6))
     A[:, 2] = 0.0
     b = rng.standard_normal(50)
-    x, fallback = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "cholesky", 0.0)
-    assert bool(fallback)
-    x_qr, qr_fallback = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "qr", 0.0)
-    assert not bool(qr_fallback)
+    x, result = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "cholesky", 0.0)
+    assert bool(result == RESULTS.cholesky_fallback)
+    x_qr, qr_result = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "qr", 0.0)
+    assert bool(qr_result == RESULTS.successful)
     np.testing.assert_array_equal(np.asarray(x), np.asarray(x_qr))
-    _, fallback = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "cholesky", 1e-6)
-    assert not bool(fallback)
+    _, result = least_squares_rows((jnp.asarray(A.T),), jnp.asarray(b), "cholesky", 1e-6)
+    assert bool(result == RESULTS.successful)

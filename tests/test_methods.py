@@ -17,16 +17,18 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 from teng_eq.checkpoint import CheckpointStore
-from teng_eq.config import ConfigError
 from teng_eq.equations.heat import Heat
-from teng_eq.grid import cell_volume, grid_points
+from teng_eq.errors import ConfigError
+from teng_eq.grid import Quadrature, cell_volume, grid_points
 from teng_eq.integrators import RK4
 from teng_eq.lstsq import SOLVERS
-from teng_eq.methods import OBTILBFGS, TDVP, OBTIAdam
+from teng_eq.methods.obti import OBTILBFGS, OBTIAdam
 from teng_eq.methods.pinn import pde_residual
+from teng_eq.methods.tdvp import TDVP
 from teng_eq.model import ParamSpace
-from teng_eq.simulation import prepare, run_simulation
-from teng_eq.stepper import Stepper
+from teng_eq.results import event_counts
+from teng_eq.simulation import build_method, run_simulation
+from teng_eq.stepper import StageSolver
 
 NU = 0.1
 WAVES = np.array([[1, 0], [0, 1], [1, 1], [2, -1], [1, 2], [3, 0]])  # k, one per parameter
@@ -57,7 +59,13 @@ def fourier_problem(n=16):
     c = jnp.asarray([1.0, -0.5, 0.25, 0.8, -0.3, 0.1])
     space = ParamSpace(Fourier(c))
     lengths = (2 * math.pi, 2 * math.pi)
-    return space, c, grid_points(n, lengths), cell_volume(n, lengths), Heat(name="heat", nu=NU, initial_condition="paper2d", lengths=lengths)
+    heat = Heat(name="heat", nu=NU, initial_condition="paper2d", lengths=lengths)
+    return space, c, Quadrature(grid_points(n, lengths), cell_volume(n, lengths)), heat
+
+
+def _tdvp(space, c, quadrature, heat, solver="qr", dt=0.1, subsample=len(WAVES)):
+    return TDVP(steps=1, space=space, theta0=c, report=None, solver=StageSolver(space, quadrature, solver, 1e-7),
+                equation=heat, tableau=RK4, dt=dt, subsample=subsample)
 
 
 def decay_rates():
@@ -69,51 +77,74 @@ def decay_rates():
 
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_tdvp_velocity_is_exact_for_a_linear_model(solver):
-    space, c, points, w, heat = fourier_problem()
-    stepper = Stepper(space, points, w, solver, 1e-7)
-    tdvp = TDVP(steps=1, space=space, stepper=stepper, equation=heat, integrator=RK4, dt=0.1,
-                subsample=len(WAVES))
-    velocity, rho, fallback = jax.jit(lambda th, k: tdvp.velocity(th, k))(c, jax.random.PRNGKey(0))
+    space, c, quadrature, heat = fourier_problem()
+    tdvp = _tdvp(space, c, quadrature, heat, solver)
+    velocity, rho, results = jax.jit(lambda th, k: tdvp.velocity(th, k))(c, jax.random.PRNGKey(0))
     np.testing.assert_allclose(velocity, decay_rates() * np.asarray(c), rtol=1e-10, atol=1e-12)
     assert rho < 1e-20  # L[û] lies in the tangent space: the projection is exact
-    assert not fallback  # the modes are orthogonal on the grid: a well-conditioned Gram
+    # The modes are orthogonal on the grid: a well-conditioned Gram, no solver event.
+    assert {k: int(v) for k, v in event_counts(*results).items()} == {"fallbacks": 0, "zero_steps": 0}
 
     # A subset: exact on the drawn parameters (the modes are orthogonal on the grid), zero elsewhere.
-    tdvp3 = TDVP(steps=1, space=space, stepper=stepper, equation=heat, integrator=RK4, dt=0.1, subsample=3)
+    tdvp3 = _tdvp(space, c, quadrature, heat, solver, subsample=3)
     sparse, _, _ = jax.jit(lambda th, k: tdvp3.velocity(th, k))(c, jax.random.PRNGKey(1))
     drawn = np.flatnonzero(np.asarray(sparse))
     assert drawn.size == 3
     np.testing.assert_allclose(np.asarray(sparse)[drawn], (decay_rates() * np.asarray(c))[drawn], rtol=1e-10)
 
 
+def test_tdvp_velocity_is_the_weighted_projection():
+    """With per-point quadrature weights and L[û] outside the drawn modes' span, θ̇ is
+    the L²-weighted least squares (rows scaled by √wₙ), not the unweighted one."""
+    space, c, quadrature, heat = fourier_problem()
+    n = quadrature.points.shape[0]
+    w = quadrature.weights * np.random.default_rng(0).uniform(0.2, 1.8, n)
+    tdvp = _tdvp(space, c, Quadrature(quadrature.points, jnp.asarray(w)), heat, "qr", subsample=3)
+    velocity, rho, _ = jax.jit(lambda th, k: tdvp.velocity(th, k))(c, jax.random.PRNGKey(1))
+    drawn = np.flatnonzero(np.asarray(velocity))
+    # L[û] on the nodes: every mode decays at its own rate; only 3 modes may move.
+    modes = np.asarray(Fourier(c).modes(quadrature.points))
+    rhs = modes @ (decay_rates() * np.asarray(c))
+    J, sw = modes[:, drawn], np.sqrt(w)
+    weighted = np.linalg.lstsq(J * sw[:, None], rhs * sw, rcond=None)[0]
+    unweighted = np.linalg.lstsq(J, rhs, rcond=None)[0]
+    assert np.linalg.norm(weighted - unweighted) > 1e-4 * np.linalg.norm(weighted)  # the weights matter
+    np.testing.assert_allclose(np.asarray(velocity)[drawn], weighted, rtol=1e-9)
+    assert float(rho) == pytest.approx(float(np.sum(w * (J @ weighted - rhs) ** 2)), rel=1e-9)
+
+
 def test_tdvp_step_is_classical_rk4_of_the_exact_flow():
     """A whole step multiplies each mode by RK4's stability polynomial R(λΔt)."""
-    space, c, points, w, heat = fourier_problem()
+    space, c, quadrature, heat = fourier_problem()
     dt = 0.5
-    tdvp = TDVP(steps=1, space=space, stepper=Stepper(space, points, w, "qr", 1e-7), equation=heat,
-                integrator=RK4, dt=dt, subsample=len(WAVES))
+    tdvp = _tdvp(space, c, quadrature, heat, "qr", dt=dt)
     theta, info = jax.jit(lambda th, k: tdvp.step(th, k))(c, jax.random.PRNGKey(0))
     z = decay_rates() * dt
     rk4 = 1 + z + z**2 / 2 + z**3 / 6 + z**4 / 24
     np.testing.assert_allclose(theta, rk4 * np.asarray(c), rtol=1e-10)
-    assert np.asarray(info.losses).shape == (4, 1) and float(info.scalars["step_loss"]) < 1e-20
-    assert int(info.scalars["fallbacks"]) == 0
+    assert np.asarray(info.losses).shape == (4, 1) and float(info.metrics["step_loss"]) < 1e-20
+    assert int(info.metrics["fallbacks"]) == 0
 
 
 # --- OBTI ----------------------------------------------------------------------------------
 
 
-def _obti(cls, options, space, points, w, equation, dt):
-    return cls(steps=1, space=space, points=points, equation=equation, weights=jnp.asarray(w), dt=dt,
-               options=options)
+def _obti(cls, options, space, c, quadrature, equation, dt):
+    return cls(steps=1, space=space, theta0=c, report=None, points=quadrature.points, equation=equation,
+               weights=jnp.asarray(quadrature.weights), dt=dt, options=options)
+
+
+def _options(cls, **kw):
+    """A method's options for a hand-built model (no network, grid or θ₀ fit)."""
+    return cls.Options(grid=16, network=None, fit=None, **kw)
 
 
 def test_obti_lbfgs_reaches_the_known_minimum_of_a_quadratic():
     """For a linear model the Euler target is in the model space: the loss is a
     quadratic in θ with minimum 0 at ``c_j (1 − ν|k_j|²Δt)``."""
-    space, c, points, w, heat = fourier_problem()
+    space, c, quadrature, heat = fourier_problem()
     dt = 0.05
-    obti = _obti(OBTILBFGS, OBTILBFGS.Options(iterations=30, memory=10), space, points, w, heat, dt)
+    obti = _obti(OBTILBFGS, _options(OBTILBFGS, iterations=30, memory=10), space, c, quadrature, heat, dt)
     theta, info = jax.jit(lambda th, k: obti.step(th, k))(c, jax.random.PRNGKey(0))
     np.testing.assert_allclose(theta, (1 + decay_rates() * dt) * np.asarray(c), rtol=1e-9, atol=1e-12)
     losses = np.asarray(info.losses)[0]
@@ -121,44 +152,37 @@ def test_obti_lbfgs_reaches_the_known_minimum_of_a_quadratic():
 
 
 @pytest.mark.parametrize("cls, options", [
-    (OBTIAdam, OBTIAdam.Options(iterations=300, learning_rate=1e-5, decay=0.5)),
-    (OBTILBFGS, OBTILBFGS.Options(iterations=5, memory=10)),
+    (OBTIAdam, _options(OBTIAdam, iterations=300, learning_rate=1e-5, decay=0.5)),
+    (OBTILBFGS, _options(OBTILBFGS, iterations=5, memory=10)),
 ])
 def test_obti_step_lowers_the_loss_monotonically_on_a_quadratic(cls, options):
     """The paper's Adam (300 iterations at 1e-5, decaying by ½) moves each parameter by at
     most ~1e-5 per iteration, far less than its distance to the minimum here: on a
     separable quadratic every iteration lowers the loss."""
-    space, c, points, w, heat = fourier_problem()
-    obti = _obti(cls, options, space, points, w, heat, 0.05)
+    space, c, quadrature, heat = fourier_problem()
+    obti = _obti(cls, options, space, c, quadrature, heat, 0.05)
     _, info = jax.jit(lambda th, k: obti.step(th, k))(c, jax.random.PRNGKey(0))
     losses = np.asarray(info.losses)[0]
     assert losses.shape == (options.iterations + 1,)
     # Non-increasing up to round-off (L-BFGS may reach the minimum, ~1e-30, within a few iterations).
     assert np.all(np.diff(losses) <= 1e-15 * losses[0]) and losses[-1] < 0.9 * losses[0], losses
-    assert float(info.scalars["step_loss"]) == losses[-1]
-
-
-@pytest.fixture(scope="module")
-def tiny_network_problem(warm_cache):
-    """θ₀ fitted to ``sines2d`` on 32², on Allen–Cahn (nonlinear)."""
-    cfg = make_config("equation=allen_cahn", "equation.initial_condition=sines2d", "grid=32", "dt=0.02")
-    return prepare(cfg, cache_dir=warm_cache)
+    assert float(info.metrics["step_loss"]) == losses[-1]
 
 
 @pytest.mark.parametrize("name", ["obti_adam", "obti_lbfgs"])
-def test_obti_step_on_the_network(tiny_network_problem, name):
+def test_obti_step_on_the_network(warm_cache, name):
     """L-BFGS's line search (strong Wolfe) makes every iteration a descent; Adam at the
     paper's learning rate is not a descent method (its first iterations move every
-    parameter by ~1e-5 and raise the loss here) but ends the step lower."""
-    problem = tiny_network_problem
+    parameter by ~1e-5 and raise the loss here) but ends the step lower. θ₀: fitted to
+    ``sines2d`` on 32², on Allen–Cahn (nonlinear)."""
     cfg = make_config("equation=allen_cahn", "equation.initial_condition=sines2d", "grid=32",
                       f"method={name}", "dt=0.02")
-    obti = cfg.method.cls.build(cfg, problem)
-    _, info = jax.jit(lambda th, k: obti.step(th, k))(problem.theta0, jax.random.PRNGKey(0))
+    obti = build_method(cfg, cache_dir=warm_cache)
+    _, info = jax.jit(lambda th, k: obti.step(th, k))(obti.theta0, jax.random.PRNGKey(0))
     losses = np.asarray(info.losses)[0]
-    target = np.asarray(obti.target(problem.theta0))
-    first = float(np.sum(problem.quadrature.weights * (problem.space.apply(problem.theta0, problem.points)
-                                                       - target) ** 2))
+    target = np.asarray(obti.target(obti.theta0))
+    quadrature = cfg.equation.quadrature(32)
+    first = float(np.sum(quadrature.weights * (obti.space.apply(obti.theta0, quadrature.points) - target) ** 2))
     assert losses[0] == pytest.approx(first, rel=1e-12)  # the loss is TENG's, on TENG's grid
     assert losses[-1] < 0.7 * losses[0]
     if name == "obti_lbfgs":
@@ -181,9 +205,9 @@ class ExactHeat(eqx.Module):
 
 
 def _tiny_pinn(name, *overrides, equation="heat"):
-    cfg = make_config(f"equation={equation}", "equation.initial_condition=sines2d", "grid=32",
+    cfg = make_config(f"equation={equation}", "equation.initial_condition=sines2d",
                       f"method={name}", "t_final=0.5", "dt=0.05", *overrides)
-    return cfg, cfg.method.cls.build(cfg, prepare(cfg, fit=False))
+    return cfg, build_method(cfg)
 
 
 def test_pinn_residual_vanishes_on_the_exact_solution():
@@ -275,9 +299,9 @@ def test_baseline_runs_track_exact_heat(warm_cache, method, overrides, tolerance
     table = r.loss_table()
     assert table.shape[1] == 6 and len(table) >= r.step_loss.size
     if r.sequential:
-        assert r.fit_info is not None and r.rel_l2[0] < 1e-5  # the shared θ₀
+        assert r.fit_report is not None and r.rel_l2[0] < 1e-5  # the shared θ₀
     else:
-        assert r.fit_info is None and r.step_loss[-1] < r.step_loss[0]  # training went down
+        assert r.fit_report is None and r.step_loss[-1] < r.step_loss[0]  # training went down
 
 
 class _Killed(Exception):

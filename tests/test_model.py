@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from conftest import make_config
 
-from teng_eq import ParamSpace, TENGNet
 from teng_eq.grid import grid_points
+from teng_eq.model import ParamSpace, TENGNet, parameter_count
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def net():
 def test_parameter_count_matches_paper_architecture(net):
     # 7 layers in all, width 40, 20 embedding features per input dimension.
     assert ParamSpace(net).size == 8361
-    assert make_config().n_params == 8361
+    assert parameter_count(make_config().method.options.network, 2, (2 * math.pi,) * 2) == 8361
 
 
 def test_network_is_periodic(net):

@@ -13,13 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CONF, ROOT, all_runs, compose_conf, run_sweep
+from conftest import CONF, ROOT, TINY, all_runs, make_config, run_sweep
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from teng_eq.config import RunConfig
 from teng_eq.grid import grid_points
-from teng_eq.metrics import relative_l2
+from teng_eq.metrics import squared_norms
 from teng_eq.simulation import load_network
 
 METHODS = ["teng_euler", "teng_heun", "tdvp_rk4", "obti_adam", "obti_lbfgs", "pinn_bfgs", "pinn_engd"]
@@ -34,8 +34,7 @@ def test_table1_presets_compose_one_valid_job_per_cell(preset):
     seen = set()
     for case in cases:
         # The sweeper's own order: its params, then the command line.
-        raw = compose_conf([f"+table1_case={case}", f"+experiment={preset}"])
-        cfg = RunConfig.from_mapping(OmegaConf.to_container(raw, resolve=True))
+        cfg = make_config(f"table1_case={case}", f"experiment={preset}")
         seen.add((cfg.equation.name, cfg.method.name))
         assert cfg.dt == DT[cfg.equation.name]
         assert cfg.t_final == (4.0 if preset == "table1" else 0.05)
@@ -45,10 +44,12 @@ def test_table1_presets_compose_one_valid_job_per_cell(preset):
                      "obti_lbfgs": {"iterations": 150}, "pinn_bfgs": {"iterations": 100_000},
                      "pinn_engd": {"iterations": 4000}}.get(cfg.method.name, {})
             assert all(getattr(opts, k) == v for k, v in paper.items()), (case, opts)
-            assert cfg.grid == 512 and cfg.subsample_first == 1536
+            assert getattr(opts, "grid", 512) == 512 and getattr(opts, "subsample_first", 1536) == 1536
     assert seen == expected
-    sweeper = OmegaConf.load(CONF / "experiment" / f"{preset}.yaml").hydra.sweeper.params
-    assert dict(sweeper) == {"+table1_case": "glob(*)"}
+    # table1 is table1_cpu's sweep at the paper's size (a delta on it).
+    sweeper = OmegaConf.load(CONF / "experiment" / "table1_cpu.yaml").hydra.sweeper.params
+    assert dict(sweeper) == {"table1_case": "glob(*)"}
+    assert OmegaConf.load(CONF / "experiment" / "table1.yaml").defaults[0] == "table1_cpu"
 
 
 @pytest.mark.parametrize(("method", "equation", "why"), [
@@ -73,29 +74,31 @@ def test_a_method_on_an_equation_it_does_not_run_stops_in_one_line(tmp_path, met
 def test_a_bad_key_in_a_preset_case_stops_the_sweep_before_any_run(tmp_path):
     """The preset's own sweep (hydra.sweeper.params, hydra.mode: MULTIRUN, no ``-m``)
     is expanded and every case validated before Hydra starts: one line, no store."""
-    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "sweep.py"), "+experiment=table1_cpu",
-                           "hydra.sweeper.params={+table1_case: 'heat-tdvp_rk4,heat-obti_adam'}",
+    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "sweep.py"), "experiment=table1_cpu",
+                           "hydra.sweeper.params={table1_case: 'heat-tdvp_rk4,heat-obti_adam'}",
                            "++method.subsample=0", f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
                           check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")})
     assert proc.returncode != 0
     # Checked as TDVP's key (the first case), not against the default method the
-    # command line alone composes to (teng_heun: "unknown key").
+    # command line alone composes to (teng_heun, whose subsample is the top-level one).
     assert proc.stderr.strip().splitlines() == [
-        "error: invalid config: method.subsample=0: must be an integer >= 1"]
+        "error: invalid config: method.subsample=0: must be an integer in [1, 8361] (the parameter count)"]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "cache").exists()
 
 
 @pytest.fixture(scope="module")
 def pinn_table(tmp_path_factory, warm_cache):
-    """Two cells of +experiment=table1_cpu (PINN-BFGS, PINN-ENGD on heat) at tiny size. The
-    PINN keys are forced (``++``): Hydra first composes the command line alone (without a
-    case, so with the default method, which lacks them)."""
+    """Two cells of experiment=table1_cpu (PINN-BFGS, PINN-ENGD on heat) at tiny size (no
+    ``grid``: a PINN does not read it). The PINN keys are forced (``++``): Hydra first
+    composes the command line alone (without a case, so with the default method, which
+    lacks them)."""
     tmp = tmp_path_factory.mktemp("table1")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    run_sweep(tmp, uri, warm_cache, "+experiment=table1_cpu",
-              "hydra.sweeper.params={+table1_case: 'heat-pinn_bfgs,heat-pinn_engd'}",
-              "++method.iterations=20", "++method.block=10", "++method.collocation=256", "++method.initial=16")
+    run_sweep(tmp, uri, warm_cache, "experiment=table1_cpu",
+              "hydra.sweeper.params={table1_case: 'heat-pinn_bfgs,heat-pinn_engd'}",
+              "++method.iterations=20", "++method.block=10", "++method.collocation=256", "++method.initial=16",
+              tiny=[o for o in TINY if not o.startswith("grid=")])
     return tmp, uri
 
 
@@ -123,7 +126,8 @@ def test_a_pinn_job_logs_blocks_and_its_error_curve(pinn_table, cache_dir, tmp_p
         points = grid_points(cfg.eval_grid, cfg.equation.lengths)
         u = jax.vmap(net)(jnp.concatenate([points, jnp.full((points.shape[0], 1), n * cfg.dt)], axis=1))
         ref = cfg.equation.reference(np.arange(n + 1) * cfg.dt, cache_dir=cache_dir)
-        assert math.isclose(relative_l2(u, ref.values(n, cfg.eval_grid)), m["final_rel_l2"], rel_tol=1e-8)
+        err, norm = squared_norms(u, ref.values(n, cfg.eval_grid))
+        assert math.isclose(math.sqrt(err / norm), m["final_rel_l2"], rel_tol=1e-8)
 
 
 def test_analyze_puts_the_pinns_in_table1_order(pinn_table):

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from teng_eq.analysis import pareto_front
 from teng_eq.config import RunConfig
 from teng_eq.grid import grid_points
-from teng_eq.metrics import relative_l2
+from teng_eq.metrics import squared_norms
 from teng_eq.simulation import load_network
 
 ARTIFACTS = {
@@ -82,9 +82,9 @@ def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir,
         assert [x.step for x in err] == list(range(n + 1))
         assert [x.step for x in loss] == [x.step for x in wall] == list(range(1, n + 1))
         assert all(a.value < b.value for a, b in zip(wall, wall[1:]))
-        # The tiny problem's fits (32² nodes for 8,361 parameters) end at 1e-11 … 5e-10
-        # (1e-15 on the default 64² grid); the error bound below is the real check.
-        assert np.median([x.value for x in loss]) < 1e-9
+        # What the run guarantees: its error against the exact solution at every step (the
+        # step losses of 32² nodes for 8,361 parameters are round-off of an interpolation).
+        assert all(x.value < 1e-5 for x in err) and all(np.isfinite(x.value) for x in loss)
         assert m["final_rel_l2"] == err[-1].value and m["global_rel_l2"] < 1e-5
         assert m["runtime_s"] > 0 and m["compile_s"] > 0 and 0 < m["tracking_s"] < m["job_s"]
         assert _artifacts(client, rid) == ARTIFACTS
@@ -113,8 +113,8 @@ def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir,
         net = load_network(cfg, client.download_artifacts(rid, "params/theta.eqx", str(tmp_path)))
         ref = cfg.equation.reference(np.arange(n + 1) * dt, cache_dir=cache_dir)
         u = jax.vmap(net)(grid_points(cfg.eval_grid, cfg.equation.lengths))
-        assert math.isclose(float(relative_l2(u, ref.at(n, cfg.eval_grid).ravel())),
-                            m["final_rel_l2"], rel_tol=1e-8)
+        err_sq, ref_sq = squared_norms(u, ref.values(n, cfg.eval_grid))
+        assert math.isclose(math.sqrt(err_sq / ref_sq), m["final_rel_l2"], rel_tol=1e-8)
 
 
 def test_analyze_tabulates_the_sweep_from_its_own_mlflow_data(sweep_store):

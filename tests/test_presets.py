@@ -16,7 +16,8 @@ from conftest import make_config
     ],
 )
 def test_paper_presets_of_the_other_benchmarks(preset, equation, nu, dt, t_final, grid):
-    run = make_config(f"+experiment={preset}")
+    run = make_config(f"experiment={preset}")
+    o = run.method.options
     assert (run.equation.name, run.equation.nu, run.method.name) == (equation, nu, "teng_heun")
-    assert (run.dt, run.t_final, run.grid, run.eval_grid) == (dt, t_final, grid, grid)
-    assert (run.subsample_first, run.subsample, run.iters, run.iters_later) == (1536, 1024, 7, 5)
+    assert (run.dt, run.t_final, o.grid, run.eval_grid) == (dt, t_final, grid, grid)
+    assert (o.subsample_first, o.subsample, o.iters, o.iters_later) == (1536, 1024, 7, 5)

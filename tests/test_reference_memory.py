@@ -78,7 +78,7 @@ def test_paper_burgers_preset_fits_in_two_gigabytes():
     """The design's arithmetic for the paper Burgers preset (Δt = 1e-3, T = 4, 384²): the
     checkpoints kept, hence its cache file, stay under the scheme's memory, far below 2 GB,
     where one spectrum per time would take 4.7 GB (measured once: docs in the report)."""
-    cfg = make_config("+experiment=paper_burgers")
+    cfg = make_config("experiment=paper_burgers")
     times = np.arange(cfg.n_steps + 1) * cfg.dt
     scheme_ = cfg.equation.reference_scheme()
     n, _ = scheme_.default(times[-1])

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 from conftest import ROOT, TINY, all_runs, make_config
+from fake_methods import TOY
 from mlflow.tracking import MlflowClient
 
 from teng_eq.simulation import run_simulation
@@ -24,8 +25,8 @@ KILLED_SWEEP = ["dt=0.04,0.02,0.004", "checkpoint_every=2"]
 SIGKILL_AFTER = 5  # rel_l2 points of job 2 in the store (steps 0..4)
 
 
-def _command(tmp, uri, cache, *overrides):
-    return [sys.executable, str(ROOT / "pipeline" / "sweep.py"), "-m", *TINY, f"tracking_uri={uri}",
+def _command(tmp, uri, cache, *overrides, tiny=TINY):
+    return [sys.executable, str(ROOT / "pipeline" / "sweep.py"), "-m", *tiny, f"tracking_uri={uri}",
             f"cache_dir={cache}", f"hydra.sweep.dir={tmp / 'multirun'}", *overrides]
 
 
@@ -123,8 +124,9 @@ def test_diverging_job_fails_alone_and_the_multirun_reports_it(tmp_path, cache_d
     # step 3: only the 4-step job (dt=0.02) gets there.
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.run(
-        _command(tmp_path, uri, cache_dir, "dt=0.08,0.04,0.02", "method.impl=fake_methods:Toy",
-                 "~method.integrator", "+method.growth=1.5", "+method.nan_at=3"),
+        _command(tmp_path, uri, cache_dir, "dt=0.08,0.04,0.02",
+                 *(o for o in TOY if "nan_at" not in o), "+method.nan_at=3",
+                 tiny=[o for o in TINY if not o.startswith("grid=")]),
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode != 0
     reason = "Diverged: teng_heun diverged at step 3 (t=0.06): non-finite rel_l2, step_loss"

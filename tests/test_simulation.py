@@ -33,30 +33,29 @@ def test_heun_run_tracks_exact_heat(heun_run):
     # on them (θ₀: 1.2e-7 relative on the nodes, 2.9e-6 on the 64² evaluation
     # grid), well short of the failing held-out ratio.
     assert r.rel_l2[0] < 1e-5
-    assert r.global_rel_l2 < 1e-5
-    assert np.median(r.step_loss) < 1e-11
-    ratio = r.scalars["holdout_ratio"]
+    assert r.global_rel_l2 < 1e-5 and np.all(r.rel_l2 < 1e-5)
+    ratio = r.metrics["holdout_ratio"]
     assert r.holdout_flag in ("ok", "warn") and np.all(ratio < 1e3), ratio
     assert r.events == {"fallbacks": 0, "zero_steps": 0}
-    assert np.all(r.scalars["iterations"] == 7 + 5)  # the fixed policy: the caps of both stages
+    assert np.all(r.metrics["iterations"] == 7 + 5)  # the fixed policy: the caps of both stages
     assert np.all(np.diff(r.wall_time_s) > 0)
     assert r.compile_s > 0 and r.runtime_s == r.wall_time_s[-1] and r.eval_s > 0
 
 
 def test_theta0_is_cached(heun_run, cache_dir):
     again = run_simulation(small("t_final=0.04"), cache_dir=cache_dir)
-    assert again.fit_info["cached"] is True
+    assert again.fit_report.cached is True
     assert again.rel_l2[0] == heun_run.rel_l2[0]
 
 
 def test_stage_tables(heun_run):
     for n, table in enumerate(heun_run.losses):
         # Heun: each stage has one row per iteration it ran plus its starting loss.
-        assert table.shape == (heun_run.scalars["iterations"][n] + 2, 4)
+        assert table.shape == (heun_run.metrics["iterations"][n] + 2, 4)
         last = table[table[:, 0] == 1]
         assert list(last[:, 1]) == list(range(len(last)))
         # The fixed policy returns the last iterate, the adaptive one the best.
-        final = last[-1, 2] if heun_run_cfg.stopping.policy == "fixed" else last[:, 2].min()
+        final = last[-1, 2] if heun_run_cfg.method.options.stopping.policy == "fixed" else last[:, 2].min()
         assert final == heun_run.step_loss[n]
 
 
@@ -90,11 +89,10 @@ def test_convergence_orders(cache_dir):
 def test_a_run_that_overfits_the_nodes_is_flagged(cache_dir):
     """8² quadrature nodes, 384 parameters drawn, an undamped SVD: the fits
     interpolate the 64 nodes. The held-out check on the cell centres fails the
-    run, while its training losses alone look machine-precise."""
+    run, while its training losses alone look far better than the error is."""
     cfg = small("grid=8", "holdout.grid=4", "solver=svd", "damping=1e-14", "subsample_first=384",
                 "t_final=0.04", "fit.stage1_max_iters=50", "fit.stage2_max_iters=50",
                 "fit.stage2_polish_iters=0")
     r = run_simulation(cfg, cache_dir=cache_dir)
     assert r.holdout_flag == "fail"
-    assert np.all(r.scalars["holdout_ratio"] > cfg.holdout.fail), r.scalars["holdout_ratio"]
-    assert np.median(r.step_loss) < 1e-20
+    assert np.all(r.metrics["holdout_ratio"] > cfg.method.options.holdout.fail), r.metrics["holdout_ratio"]

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 from conftest import make_config
 
-from teng_eq.benchmark import NaiveStepper, naive, solve_flops
-from teng_eq.integrators import INTEGRATORS, TENGStep
-from teng_eq.methods import TENG
-from teng_eq.simulation import prepare, run_simulation
-from teng_eq.stepper import Stepper
+from teng_eq.benchmark import NaiveSolver, naive, solve_flops
+from teng_eq.integrators import HEUN, TENGStep
+from teng_eq.simulation import build_method, run_simulation
+from teng_eq.stepper import StageSolver
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 
@@ -29,7 +28,15 @@ def small():
 
 @pytest.fixture(scope="module")
 def problem(cache_dir):
-    return prepare(small(), cache_dir=cache_dir)
+    """The run's TENG method (θ₀ fitted), its equation and its fit quadrature."""
+    cfg = small()
+    return build_method(cfg, cache_dir=cache_dir), cfg.equation, cfg.equation.quadrature(32)
+
+
+def _solvers(problem):
+    method, _, quadrature = problem
+    fast = StageSolver(method.space, quadrature, "cholesky", 1e-7)
+    return fast, NaiveSolver(fast)
 
 
 def test_no_recompiles_after_the_first_step(cache_dir):
@@ -53,13 +60,12 @@ def test_no_recompiles_after_the_first_step(cache_dir):
 
 
 def test_naive_jacobian_equals_factored(problem):
-    p = problem
-    stepper = Stepper(p.space, p.points, p.weight, "cholesky", 1e-7)
-    slow = NaiveStepper(p.space, p.points, p.weight, "cholesky", 1e-7)
+    p = problem[0]
+    stepper, slow = _solvers(problem)
     subset = jnp.arange(0, p.space.size, 37)
     u, Jt = stepper.jacobian(p.theta0, subset)
     u_ref, Jt_ref = slow.jacobian(p.theta0, subset)
-    assert Jt.shape == Jt_ref.shape == (subset.size, p.points.shape[0])
+    assert Jt.shape == Jt_ref.shape == (subset.size, stepper.points.shape[0])
     np.testing.assert_allclose(u, u_ref, rtol=0, atol=1e-14)
     np.testing.assert_allclose(Jt, Jt_ref, rtol=0, atol=1e-13 * float(jnp.abs(Jt_ref).max()))
 
@@ -67,11 +73,13 @@ def test_naive_jacobian_equals_factored(problem):
 def test_naive_iteration_gives_the_same_update(problem):
     """With few parameters drawn, J has full column rank and both solves (damped
     Cholesky, truncated SVD) return its least-squares solution."""
-    p = problem
-    target = p.space.apply(p.theta0, p.points) + 1e-3 * jnp.sin(p.points[:, 0])
+    p = problem[0]
+    stepper, naive_solver = _solvers(problem)
+    points = stepper.points
+    target = p.space.apply(p.theta0, points) + 1e-3 * jnp.sin(points[:, 0])
     key = jax.random.PRNGKey(3)
-    fast = Stepper(p.space, p.points, p.weight, "cholesky", 1e-7).iteration(p.theta0, target, key, 24)
-    slow = NaiveStepper(p.space, p.points, p.weight, "cholesky", 1e-7).iteration(p.theta0, target, key, 24)
+    fast = stepper.iteration(p.theta0, target, key, 24)
+    slow = naive_solver.iteration(p.theta0, target, key, 24)
     d_fast, d_slow = fast[0] - p.theta0, slow[0] - p.theta0
     assert 0 < int(jnp.sum(d_fast != 0)) <= 24
     np.testing.assert_array_equal(d_fast != 0, d_slow != 0)  # the same subset
@@ -82,19 +90,17 @@ def test_naive_iteration_gives_the_same_update(problem):
 
 def test_naive_step_is_the_same_step(problem):
     """A whole naive Heun step reaches the same loss level as the default one."""
-    p = problem
-    step = TENGStep(INTEGRATORS["heun"], Stepper(p.space, p.points, p.weight, "cholesky", 1e-7),
-                    p.equation, 0.004, 3, 2, 64, 48)
+    p, equation, _ = problem
+    step = TENGStep(HEUN, _solvers(problem)[0], equation, 0.004, 3, 2, 64, 48)
     key = jax.random.PRNGKey(0)
-    _, logs_fast = jax.jit(step.__call__)(p.theta0, key)
-    _, logs_slow = jax.jit(naive(step).__call__)(p.theta0, key)
-    fast, slow = logs_fast.stages, logs_slow.stages
-    assert [log.loss.shape for log in fast] == [log.loss.shape for log in slow] == [(4,), (3,)]
-    for a, b in zip(fast, slow):
-        assert float(a.loss[0]) == pytest.approx(float(b.loss[0]), rel=1e-6)
+    _, fast = jax.jit(step.__call__)(p.theta0, key)
+    _, slow = jax.jit(naive(step).__call__)(p.theta0, key)
+    assert fast.losses.shape == slow.losses.shape == (2, 4)  # 3 + 2 iterations, padded
+    np.testing.assert_array_equal(np.isnan(fast.losses), np.isnan(slow.losses))
+    np.testing.assert_allclose(fast.losses[:, 0], slow.losses[:, 0], rtol=1e-6)  # each stage's start
     # 64 of 8361 parameters per iteration: each iteration only partly closes the gap,
     # so the two stay within a small factor of each other.
-    ratio = float(logs_fast.loss) / float(logs_slow.loss)
+    ratio = float(fast.metrics["step_loss"]) / float(slow.metrics["step_loss"])
     assert 0.5 < ratio < 2, ratio
 
 
@@ -113,11 +119,11 @@ def test_bench_builds_the_runs_step_at_other_sizes(problem):
     spec = importlib.util.spec_from_file_location("bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    cfg = small()
+    cfg, method = small(), problem[0]
+    o = cfg.method.options
     key = jax.random.PRNGKey(1)
-    mine = bench.step_at(problem, cfg, cfg.grid, cfg.solver, cfg.subsample_first, cfg.subsample)
-    run = TENG.build(cfg, problem).step_fn
-    np.testing.assert_array_equal(eqx.filter_jit(mine)(problem.theta0, key)[0],
-                                  eqx.filter_jit(run)(problem.theta0, key)[0])
-    other = bench.step_at(problem, cfg, 16, "qr", 64, 64)
-    assert other.stepper.points.shape == (256, 2) and other.holdout.shape == (256, 2)
+    mine = bench.step_at(method, cfg, o.grid, o.solver, o.subsample_first, o.subsample)
+    np.testing.assert_array_equal(eqx.filter_jit(mine)(method.theta0, key)[0],
+                                  eqx.filter_jit(method.step)(method.theta0, key)[0])
+    other = bench.step_at(method, cfg, 16, "qr", 64, 64)
+    assert other.solver.points.shape == (256, 2) and other.holdout.points.shape == (256, 2)

@@ -3,21 +3,21 @@
 import pytest
 from conftest import make_config
 
-from teng_eq.config import ConfigError
-from teng_eq.stepper import FIXED, Stepper
+import inspect
+
+from teng_eq.errors import ConfigError
+from teng_eq.stepper import FIXED, StageSolver
 
 
-def test_the_stepper_takes_its_least_squares_from_the_config():
+def test_the_stage_solver_takes_its_least_squares_from_the_config():
     """No solver or damping default of its own (conf/ is the one source); its
     stopping default is the paper's fixed policy."""
-    import inspect
-
-    params = inspect.signature(Stepper.__init__).parameters
+    params = inspect.signature(StageSolver.__init__).parameters
     assert params["solver"].default is inspect.Parameter.empty
     assert params["damping"].default is inspect.Parameter.empty
     assert params["stopping"].default is FIXED and FIXED.policy == "fixed"
-    run = make_config()
-    assert (run.solver, run.stopping.policy) == ("cholesky", "fixed")
+    o = make_config().method.options
+    assert (o.solver, o.stopping.policy) == ("cholesky", "fixed")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
-"""One TENG stage reaches near machine-precision loss in a few iterations."""
+"""One TENG stage: its loss falls by orders of magnitude in a few iterations; its\nparts (loss, subsets, stopping policies, solver events, the held-out check)."""
 
 import math
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -9,43 +10,64 @@ import numpy as np
 import pytest
 from conftest import make_config
 
-from teng_eq import operator
-from teng_eq.grid import cell_volume, grid_points, holdout_points
-from teng_eq.integrators import INTEGRATORS, TENGStep
+from teng_eq.equations import network_operator
+from teng_eq.grid import Quadrature, cell_volume, grid_points, holdout_points
+from teng_eq.integrators import HEUN, Holdout, TENGStep
 from teng_eq.lstsq import SOLVERS
-from teng_eq.simulation import holdout_flag, prepare
-from teng_eq.stepper import Stepper, Stopping, random_subset
+from teng_eq.simulation import build_method
+from teng_eq.stepper import BestSoFar, StageSolver, Stopping, random_subset
 
 DT = 0.005
 
 
+class Problem(NamedTuple):
+    """θ₀ and its network, on a quadrature."""
+
+    equation: object
+    space: object
+    theta0: object
+    quadrature: Quadrature
+
+    @property
+    def points(self):
+        return self.quadrature.points
+
+    def solver(self, solver="cholesky", damping=1e-7, stopping=None):
+        return StageSolver(self.space, self.quadrature, solver, damping, *([stopping] if stopping else []))
+
+
 @pytest.fixture(scope="module")
 def heat_step(cache_dir):
-    """θ₀ fitted to ``sines2d`` on a 32² grid, and the heat Euler target û + Δt L[û]."""
+    """θ₀ fitted to ``sines2d`` on a 32² grid, and the heat Euler target û + Δt L[û]
+    on the 96² grid: more nodes (9,216) than the network has parameters (8,361), so
+    that a stage's loss is a well-posed fit's, not round-off of an interpolation."""
     cfg = make_config("equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "t_final=0.4")
-    p = prepare(cfg, cache_dir=cache_dir)
+    method = build_method(cfg, cache_dir=cache_dir)
+    p = Problem(cfg.equation, method.space, method.theta0, cfg.equation.quadrature(96))
     u = p.space.apply(p.theta0, p.points)
-    lu = operator(p.equation, lambda x: p.space.apply(p.theta0, x), p.points)
-    return p, u + DT * lu
+    return p, u + DT * network_operator(p.equation, p.space, p.theta0, p.points)
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
-def test_heat_step_loss_below_1e12_within_7_iterations(heat_step, solver):
+def test_a_stage_takes_the_loss_down_a_million_fold_within_7_iterations(heat_step, solver):
+    """The projection of one step (its loss against the step's distance, loss[0]), on
+    more nodes than parameters: what the stage achieves, not round-off."""
     p, target = heat_step
-    stepper = Stepper(p.space, p.points, p.weight, solver, 1e-7)
+    stepper = p.solver(solver)
     run = jax.jit(lambda th, k: stepper.stage(th, target, k, 7, 512, 384))
     theta, log = run(p.theta0, jax.random.PRNGKey(1))
     loss = np.asarray(log.loss)
     assert loss[0] > 1e-6  # the target is a real step away
-    assert loss[-1] < 1e-12, loss
+    assert loss[-1] < 1e-6 * loss[0], loss
     assert float(log.final_loss) == loss[-1] == pytest.approx(float(stepper.loss(theta, target)), rel=1e-6)
     assert np.isfinite(np.asarray(log.lsq)).all()
-    assert int(log.iterations) == 7 and int(log.fallbacks) == int(log.zero_steps) == 0
+    assert int(log.iterations) == 7 and {k: int(v) for k, v in log.events.items()} == {
+        "fallbacks": 0, "zero_steps": 0}
 
 
 def test_stage_loss_matches_definition(heat_step):
     p, target = heat_step
-    stepper = Stepper(p.space, p.points, p.weight, "cholesky", 1e-7)
+    stepper = p.solver()
     r = p.space.apply(p.theta0, p.points) - target
     # ‖r‖²_{L²} by the periodic trapezoid rule: (2π)²/n Σ r².
     expected = (2 * math.pi) ** 2 / p.points.shape[0] * float(jnp.sum(r * r))
@@ -54,7 +76,7 @@ def test_stage_loss_matches_definition(heat_step):
 
 def test_subset_update_touches_only_the_subset(heat_step):
     p, target = heat_step
-    stepper = Stepper(p.space, p.points, p.weight, "cholesky", 1e-7)
+    stepper = p.solver()
     new, _, _ = stepper.iteration(p.theta0, target, jax.random.PRNGKey(5), 100)
     changed = np.flatnonzero(np.asarray(new != p.theta0))
     assert 0 < changed.size <= 100
@@ -75,15 +97,14 @@ def test_adaptive_stage_stops_early_when_already_converged(heat_step):
     the relative-decrease test — returns the best iterate, and its per-iteration
     record is NaN after the stop."""
     p, target = heat_step
-    fixed = Stepper(p.space, p.points, p.weight, "cholesky", 1e-7)
+    fixed = p.solver()
     theta, first = jax.jit(lambda th, k: fixed.stage(th, target, k, 10, 512, 384))(p.theta0, jax.random.PRNGKey(1))
     converged = float(first.final_loss)
-    assert converged < 1e-8 * float(first.loss[0])  # the first fit had work to do
-    scale = p.weight * float(jnp.sum(target * target))
-    by_floor = Stepper(p.space, p.points, p.weight, "cholesky", 1e-7,
-                       Stopping("adaptive", min_iters=2, rtol=0.5, patience=2, floor=10 * converged / scale))
-    by_decrease = Stepper(p.space, p.points, p.weight, "cholesky", 1e-7,
-                          Stopping("adaptive", min_iters=2, rtol=0.999, patience=1, floor=0.0))
+    assert converged < 1e-6 * float(first.loss[0])  # the first fit had work to do
+    scale = float(fixed.norm2(target))
+    by_floor = p.solver(stopping=Stopping("adaptive", min_iters=2, rtol=0.5, patience=2,
+                                         floor=10 * converged / scale))
+    by_decrease = p.solver(stopping=Stopping("adaptive", min_iters=2, rtol=0.999, patience=1, floor=0.0))
     for stepper in (by_floor, by_decrease):
         theta2, again = jax.jit(lambda th, k, s=stepper: s.stage(th, target, k, 10, 512, 384))(
             theta, jax.random.PRNGKey(2))
@@ -99,8 +120,8 @@ def test_adaptive_stage_runs_to_the_cap_while_it_improves(heat_step):
     """Heavy damping makes every iteration a small, sure improvement: the stage
     never meets its stopping test and runs to the cap."""
     p, target = heat_step
-    stepper = Stepper(p.space, p.points, p.weight, "cholesky", 3e-3,
-                      Stopping("adaptive", min_iters=1, rtol=0.01, patience=1, floor=1e-17))
+    stepper = p.solver(damping=3e-3, stopping=Stopping("adaptive", min_iters=1, rtol=0.01, patience=1,
+                                                       floor=1e-17))
     _, log = jax.jit(lambda th, k: stepper.stage(th, target, k, 6, 512, 384))(p.theta0, jax.random.PRNGKey(1))
     loss = np.asarray(log.loss)
     assert int(log.iterations) == 6
@@ -115,9 +136,9 @@ def test_solver_events_are_counted(heat_step):
     p, target = heat_step
     net = p.space.network(p.theta0)
     dead = p.space.flatten(eqx.tree_at(lambda n: n.output.weight, net, jnp.zeros_like(net.output.weight)))
-    stepper = Stepper(p.space, p.points, p.weight, "cholesky", 0.0)
+    stepper = p.solver(damping=0.0)
     theta, log = jax.jit(lambda th, k: stepper.stage(th, target, k, 3, 64, 64))(dead, jax.random.PRNGKey(3))
-    assert int(log.iterations) == int(log.fallbacks) == int(log.zero_steps) == 3
+    assert int(log.iterations) == int(log.events["fallbacks"]) == int(log.events["zero_steps"]) == 3
     np.testing.assert_array_equal(np.asarray(theta), np.asarray(dead))
 
 
@@ -125,9 +146,10 @@ def _heat_step_on(p, grid, solver, damping, n_first, n_rest):
     """A TENG-Heun step of the heat equation on a ``grid``² node grid, checked on
     the 16² grid of cell centres of the 32² grid (no node of either grid)."""
     lengths = p.equation.lengths
-    stepper = Stepper(p.space, grid_points(grid, lengths), cell_volume(grid, lengths), solver, damping)
-    return TENGStep(INTEGRATORS["heun"], stepper, p.equation, DT, 4, 3, n_first, n_rest,
-                    holdout=holdout_points(32, 16, lengths), holdout_weight=cell_volume(16, lengths))
+    nodes = Quadrature(grid_points(grid, lengths), cell_volume(grid, lengths))
+    stepper = StageSolver(p.space, nodes, solver, damping)
+    held_out = Quadrature(holdout_points(32, 16, lengths), cell_volume(16, lengths))
+    return TENGStep(HEUN, stepper, p.equation, DT, 4, 3, n_first, n_rest, holdout=held_out)
 
 
 def test_holdout_loss_exposes_a_fit_that_overfits_the_nodes(heat_step):
@@ -138,10 +160,21 @@ def test_holdout_loss_exposes_a_fit_that_overfits_the_nodes(heat_step):
     key = jax.random.PRNGKey(4)
     _, good = jax.jit(_heat_step_on(p, 64, "cholesky", 1e-7, 512, 384).__call__)(p.theta0, key)
     _, bad = jax.jit(_heat_step_on(p, 8, "svd", 1e-14, 384, 384).__call__)(p.theta0, key)
-    assert float(good.loss) < 1e-10 and 0.3 < float(good.holdout_ratio) < 3, (good.loss, good.holdout_ratio)
-    assert float(bad.loss) < 1e-20  # the training loss alone says all is well
-    assert float(bad.holdout_loss) > 1e4 * float(good.holdout_loss)
-    assert float(bad.holdout_ratio) > 1e6  # far past the default holdout.fail = 1e4
-    assert holdout_flag(np.array([float(good.holdout_ratio)]), 100, 1e4) == "ok"
-    assert holdout_flag(np.array([float(good.holdout_ratio), float(bad.holdout_ratio)]), 100, 1e4) == "fail"
-    assert holdout_flag(np.array([1.0, 500.0]), 100, 1e4) == "warn"
+    good, bad = good.metrics, bad.metrics
+    assert 0.3 < float(good["holdout_ratio"]) < 3, good
+    # The training loss alone says all is well: it is far below the good fit's.
+    assert float(bad["step_loss"]) < 1e-6 * float(good["step_loss"])
+    assert float(bad["holdout_loss"]) > 1e4 * float(good["holdout_loss"])
+    assert float(bad["holdout_ratio"]) > 1e6  # far past the default holdout.fail = 1e4
+    limits = Holdout(grid=None, warn=100, fail=1e4)
+    assert limits.flag(np.array([float(good["holdout_ratio"])])) == "ok"
+    assert limits.flag(np.array([float(good["holdout_ratio"]), float(bad["holdout_ratio"])])) == "fail"
+    assert limits.flag(np.array([1.0, 500.0])) == "warn"
+    assert limits.flag(np.array([1.0, np.nan])) == "fail"
+
+
+def test_best_so_far_keeps_the_lowest_loss():
+    best = BestSoFar(jnp.zeros(2), jnp.asarray(jnp.inf))
+    for theta, loss in ((1.0, 3.0), (2.0, 1.0), (3.0, 2.0)):
+        best = best.update(jnp.full(2, theta), jnp.asarray(loss))
+    assert float(best.loss) == 1.0 and np.all(np.asarray(best.theta) == 2.0)

@@ -1,80 +1,41 @@
-"""teng-eq: Time-Evolving Natural Gradient (Chen et al., ICML 2024) in JAX."""
+"""teng-eq: Time-Evolving Natural Gradient (Chen et al., ICML 2024) in JAX.
 
-import jax
+Importing the package loads nothing heavy: the sweep callback and
+``pipeline/analyze.py`` use it without JAX. The names below are loaded on first
+use from the module that defines them (README "Architecture" lists every module).
+"""
+
+import importlib
+import os
+import sys
 
 # float64 everywhere in the numerics: TENG's per-step losses (~1e-15) and the
-# references (~1e-12) sit far below float32's resolution. Set on import, before
-# any array is made.
-jax.config.update("jax_enable_x64", True)
+# references (~1e-12) sit far below float32's resolution. JAX reads the variable
+# when it is first imported; if it already is, switch it on directly.
+os.environ["JAX_ENABLE_X64"] = "1"
+if "jax" in sys.modules:
+    sys.modules["jax"].config.update("jax_enable_x64", True)
 
-from teng_eq.checkpoint import CheckpointStore
-from teng_eq.config import ConfigError, FitConfig, NetworkConfig, RunConfig
-from teng_eq.equations import Equation, Quadrature, build_equation, operator
-from teng_eq.equations.allen_cahn import AllenCahn
-from teng_eq.equations.burgers import Burgers
-from teng_eq.equations.heat import Heat
-from teng_eq.equations.periodic import paper_initial_condition
-from teng_eq.integrators import EULER, HEUN, INTEGRATORS, RK4, Integrator, StepLog, TENGStep
-from teng_eq.lstsq import SOLVERS, least_squares
-from teng_eq.methods import TENG, Method, StepInfo
-from teng_eq.metrics import global_relative_l2, relative_l2
-from teng_eq.model import ParamSpace, PeriodicEmbedding, TENGNet
-from teng_eq.reference import SpectralSolution, reference_solution
-from teng_eq.simulation import (
-    Diverged,
-    Overfit,
-    Problem,
-    RunFailed,
-    RunResult,
-    StepRecord,
-    prepare,
-    run_simulation,
-)
-from teng_eq.stepper import FIXED, StageLog, Stepper, Stopping
+#: Public name -> the module that defines it.
+_LAZY = {
+    "RunConfig": "teng_eq.config",
+    "run_simulation": "teng_eq.simulation",
+    "build_method": "teng_eq.simulation",
+    "load_network": "teng_eq.simulation",
+    "Problem": "teng_eq.methods.base",
+    "Method": "teng_eq.methods.base",
+    "TENGNet": "teng_eq.model",
+    "ParamSpace": "teng_eq.model",
+    "StageSolver": "teng_eq.stepper",
+    "TENGStep": "teng_eq.integrators",
+    "ButcherTableau": "teng_eq.integrators",
+    "ConfigError": "teng_eq.errors",
+}
 
-__all__ = [
-    "EULER",
-    "FIXED",
-    "HEUN",
-    "INTEGRATORS",
-    "RK4",
-    "SOLVERS",
-    "TENG",
-    "AllenCahn",
-    "Burgers",
-    "CheckpointStore",
-    "ConfigError",
-    "Diverged",
-    "Equation",
-    "FitConfig",
-    "Heat",
-    "Integrator",
-    "Method",
-    "NetworkConfig",
-    "Overfit",
-    "ParamSpace",
-    "PeriodicEmbedding",
-    "Problem",
-    "Quadrature",
-    "RunConfig",
-    "RunFailed",
-    "RunResult",
-    "SpectralSolution",
-    "StageLog",
-    "StepInfo",
-    "StepLog",
-    "StepRecord",
-    "Stepper",
-    "Stopping",
-    "TENGNet",
-    "TENGStep",
-    "build_equation",
-    "global_relative_l2",
-    "least_squares",
-    "operator",
-    "paper_initial_condition",
-    "prepare",
-    "reference_solution",
-    "relative_l2",
-    "run_simulation",
-]
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'teng_eq' has no attribute {name!r}")

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from teng_eq.config import BOOKKEEPING
+from teng_eq.options import BOOKKEEPING
 
 # Axes first in every grouping and label, in this order; the rest follow sorted.
 LEADING = ("method", "equation", "dt")

@@ -14,7 +14,7 @@ the implementation executes, for an N × n matrix with N ≥ n:
 
 Lower-order terms (Aᵀb, triangular solves) are left out.
 
-:class:`NaiveStepper` is the same TENG iteration done the obvious way: the
+:class:`NaiveSolver` is the same TENG iteration done the obvious way: the
 per-sample gradient of û with respect to *all* parameters (``vmap(grad)``), a
 column gather of the subset, and an SVD least squares (``jnp.linalg.lstsq``).
 """
@@ -28,10 +28,13 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from teng_eq.equations import network_operator
+from teng_eq.grid import Quadrature, norm2
 from teng_eq.integrators import TENGStep
-from teng_eq.stepper import Factors, Stepper, random_subset, residual
+from teng_eq.results import RESULTS
+from teng_eq.stepper import Factors, StageSolver, random_subset, residual
 
 
 def solve_flops(solver: str, rows: int, cols: int) -> float:
@@ -59,36 +62,38 @@ def median_seconds(fn: Callable, *args, repeats: int = 5, warmup: int = 1) -> fl
     return statistics.median(times)
 
 
-class NaiveStepper(Stepper):
-    """The yardstick: the same iteration with the Jacobian of every parameter by
-    per-sample reverse mode, a column gather, and an SVD ``lstsq``.
+class NaiveSolver(StageSolver):
+    """The yardstick: the stage solver of ``base`` with the Jacobian of every parameter
+    by per-sample reverse mode, a column gather, and an SVD ``lstsq``.
 
     Its :class:`~teng_eq.stepper.Factors` hold that whole Jacobian (``Gt``, one
     row per parameter; ``Ht`` unused), so the stage loop is the default one.
     """
 
-    def factors(self, theta: Float[Array, " params"]) -> Factors:
+    def __init__(self, base: StageSolver):
+        for field in dataclasses.fields(StageSolver):
+            setattr(self, field.name, getattr(base, field.name))
+
+    def factors(self, theta: Float[Array, " params"], points=None) -> Factors:
+        points = self.points if points is None else points
+
         def value(th, x):
             return self.space.network(th)(x)
 
-        full = jax.vmap(jax.grad(value), in_axes=(None, 0))(theta, self.points)  # (n, params)
-        return Factors(self.values(theta), full.T, jnp.ones((1, self.points.shape[0])))
+        full = jax.vmap(jax.grad(value), in_axes=(None, 0))(theta, points)  # (n, params)
+        return Factors(self.space.apply(theta, points), full.T, jnp.ones((1, points.shape[0])))
 
     def rows(self, factors: Factors, subset: Int[Array, " k"]) -> tuple[Float[Array, "k n"]]:
         return (factors.Gt[subset],)
 
-    def solve(
-        self, rows: tuple[Float[Array, "k n"], ...], du: Float[Array, " n"]
-    ) -> tuple[Float[Array, " k"], Bool[Array, ""]]:
-        return jnp.linalg.lstsq(jnp.concatenate(rows).T, du, rcond=self.damping)[0], jnp.zeros((), bool)
+    def solve(self, rows: tuple[Float[Array, "k n"], ...], rhs: Float[Array, " n"]) -> tuple[Float[Array, " k"], RESULTS]:
+        return jnp.linalg.lstsq(jnp.concatenate(rows).T, rhs, rcond=self.damping)[0], RESULTS.successful
 
 
 def naive(step: TENGStep) -> TENGStep:
-    """``step`` with its stepper replaced by a :class:`NaiveStepper` on the same grid
-    (same solver settings and stopping policy)."""
-    s = step.stepper
-    stepper = NaiveStepper(s.space, s.points, s.weight, s.solver, s.damping, s.stopping)
-    return dataclasses.replace(step, stepper=stepper)
+    """``step`` with its stage solver replaced by a :class:`NaiveSolver` (same grid,
+    solver settings and stopping policy)."""
+    return dataclasses.replace(step, solver=NaiveSolver(step.solver))
 
 
 @dataclasses.dataclass
@@ -98,7 +103,7 @@ class IterationTiming:
     ``operator`` is ``L[û]`` and the stage target on the grid (once per stage,
     not part of an iteration); ``jacobian`` the subset draw and ``(û, Jᵀ)``;
     ``solve`` the least squares on a given ``Jᵀ``; ``update`` the residual norms
-    and the scatter into θ; ``iteration`` one :meth:`Stepper.iteration` as a
+    and the scatter into θ; ``iteration`` one :meth:`StageSolver.iteration` as a
     single compiled call (residual, Jacobian, solve, update).
     """
 
@@ -126,30 +131,30 @@ class IterationTiming:
 
 def time_iterations(
     step: TENGStep,
+    quadrature: Quadrature,
     theta: Float[Array, " params"],
     key: PRNGKeyArray,
     n_sub: int,
     solvers: tuple[str, ...],
     repeats: int = 5,
 ) -> list[IterationTiming]:
-    """Time one iteration of ``step``'s stepper with each of ``solvers``, part by
-    part, towards the Euler target ``û + Δt L[û]`` of ``theta``. The parts that
-    do not depend on the solver are timed once."""
-    base = step.stepper
+    """Time one iteration of ``step``'s stage solver (on ``quadrature``, its nodes)
+    with each of ``solvers``, part by part, towards the Euler target ``û + Δt L[û]``
+    of ``theta``. The parts that do not depend on the solver are timed once."""
+    base = step.solver
     ms = 1e3
 
     def operator_and_target(th):
-        return base.values(th) + step.dt * step.rhs(th)
+        return base.values(th) + step.dt * network_operator(step.equation, base.space, th, base.points)
 
     def jacobian(th, k):
         subset = random_subset(k, base.space.size, n_sub)
-        return subset, *base.jacobian_rows(th, subset)
+        f = base.factors(th)
+        return subset, f.u, base.rows(f, subset)
 
     def update(th, subset, rows, du, x):
         x = jnp.where(jnp.all(jnp.isfinite(x)), x, 0.0)
-        res = residual(rows, x, du)
-        w = base.weight
-        return th.at[subset].add(x), w * jnp.sum(du * du), w * jnp.sum(res * res)
+        return th.at[subset].add(x), norm2(du, base.weight), norm2(residual(rows, x, du), base.weight)
 
     operator_fn, jacobian_fn, update_fn = jax.jit(operator_and_target), jax.jit(jacobian), jax.jit(update)
     target = operator_fn(theta)
@@ -159,9 +164,9 @@ def time_iterations(
     jacobian_ms = ms * median_seconds(jacobian_fn, theta, key, repeats=repeats)
     out = []
     for solver in solvers:
-        stepper = Stepper(base.space, base.points, base.weight, solver, base.damping)
-        solve_fn = jax.jit(lambda r, b, s=stepper: s.solve(r, b)[0])
-        iteration_fn = jax.jit(lambda th, tg, k, s=stepper: s.iteration(th, tg, k, n_sub))
+        stage = StageSolver(base.space, quadrature, solver, base.damping)
+        solve_fn = jax.jit(lambda r, b, s=stage: s.solve(r, b)[0])
+        iteration_fn = jax.jit(lambda th, tg, k, s=stage: s.iteration(th, tg, k, n_sub))
         x = solve_fn(rows, du)
         out.append(IterationTiming(
             grid_points=int(du.shape[0]),
@@ -204,8 +209,8 @@ def compare_with_naive(
     """Time ``step`` and :func:`naive` ``(step)`` in alternating rounds (so that a
     change of machine load hits both), ``per_round`` calls of each per round."""
     fast, slow = compiled_step(step, theta, key), compiled_step(naive(step), theta, key)
-    theta_fast, logs_fast = jax.block_until_ready(fast(theta, key))
-    theta_slow, logs_slow = jax.block_until_ready(slow(theta, key))
+    theta_fast, record_fast = jax.block_until_ready(fast(theta, key))
+    theta_slow, record_slow = jax.block_until_ready(slow(theta, key))
     times: dict[str, list[float]] = {"default": [], "naive": []}
     for _ in range(rounds):
         for name, fn in (("default", fast), ("naive", slow)):
@@ -213,7 +218,7 @@ def compare_with_naive(
     return StepComparison(
         default_s=times["default"],
         naive_s=times["naive"],
-        default_loss=float(logs_fast.loss),
-        naive_loss=float(logs_slow.loss),
+        default_loss=float(record_fast.metrics["step_loss"]),
+        naive_loss=float(record_slow.metrics["step_loss"]),
         max_theta_diff=float(jnp.max(jnp.abs(theta_fast - theta_slow))),
     )

@@ -2,9 +2,10 @@
 
 A checkpoint after step n holds the method's state (whatever ``Method.init``
 returned — TENG's θ, a baseline's optimiser state — as
-``eqx.tree_serialise_leaves`` bytes), n itself, and the driver's record of steps
-1..n (error terms, per-step scalars, cumulative wall time, loss tables, states
-at the snapshot times). The random keys need no saving: step n draws
+``eqx.tree_serialise_leaves`` bytes), n itself, and the driver's
+:class:`History` of steps 1..n (error terms, per-step metrics, cumulative wall
+time, loss tables, states at the snapshot times). Networks are saved and read
+back here too (:func:`save_network`, :func:`load_network`). The random keys need no saving: step n draws
 ``fold_in(key_run, n)`` from the seed, so a resumed run draws the same subsets.
 
 It is one self-checking file (:func:`teng_eq.cache.store_arrays`: npz, digest,
@@ -36,11 +37,12 @@ import numpy as np
 from jaxtyping import PyTree
 
 from teng_eq.cache import cache_dir, load_arrays, store_arrays
+from teng_eq.results import StepRecord
 
 _log = logging.getLogger(__name__)
 
 #: Bumped when the content of a checkpoint changes.
-VERSION = 1
+VERSION = 2
 
 
 def state_bytes(state: PyTree) -> np.ndarray:
@@ -55,10 +57,75 @@ def state_from_bytes(data: np.ndarray, like: PyTree) -> PyTree:
     return eqx.tree_deserialise_leaves(io.BytesIO(np.asarray(data, dtype=np.uint8).tobytes()), like)
 
 
+def save_network(path: Path, network: eqx.Module) -> Path:
+    """θ as ``eqx.tree_serialise_leaves`` bytes (no pickle); read back by :func:`load_network`."""
+    eqx.tree_serialise_leaves(path, network)
+    return Path(path)
+
+
+def load_network(path: Path, template: eqx.Module) -> eqx.Module:
+    """The network :func:`save_network` wrote, into ``template`` (an untrained network
+    of the same shape: :meth:`teng_eq.methods.base.Method.network_template`)."""
+    return eqx.tree_deserialise_leaves(path, template)
+
+
+@dataclasses.dataclass
+class History:
+    """What the driver keeps of a run's steps 1..n, as a checkpoint holds it
+    (:func:`teng_eq.simulation.run_simulation`)."""
+
+    err_sq: np.ndarray  # (n_times,) squared error norm at each time (sequential methods)
+    ref_sq: np.ndarray  # (n_times,) squared reference norm
+    boundary: np.ndarray  # (n_times,) max |û| on a Dirichlet boundary; NaN without one
+    wall: np.ndarray  # (steps,) cumulative stepping time
+    metrics: dict[str, np.ndarray]  # the method's per-step metrics, each (steps,)
+    tables: list[np.ndarray]  # one (rows, 4) loss table per step done
+    snapshot_states: dict[int, np.ndarray]  # time index -> state bytes (sequential methods)
+
+    @classmethod
+    def empty(cls, steps: int, n_times: int) -> History:
+        return cls(np.zeros(n_times), np.zeros(n_times), np.full(n_times, np.nan), np.zeros(steps), {}, [], {})
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The history as named arrays (a checkpoint's ``record``)."""
+        rows = np.array([len(t) for t in self.tables], dtype=np.int64)
+        out = {"err_sq": self.err_sq, "ref_sq": self.ref_sq, "boundary": self.boundary, "wall": self.wall,
+               "loss_rows": rows,
+               "losses": np.concatenate(self.tables) if self.tables else np.zeros((0, 4))}
+        out.update({f"scalar.{k}": v for k, v in self.metrics.items()})
+        out.update({f"snapshot.{n}": b for n, b in self.snapshot_states.items()})
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: Mapping[str, np.ndarray]) -> History:
+        splits = np.cumsum(a["loss_rows"])[:-1]
+        return cls(
+            err_sq=a["err_sq"].copy(), ref_sq=a["ref_sq"].copy(), boundary=a["boundary"].copy(),
+            wall=a["wall"].copy(),
+            metrics={k.removeprefix("scalar."): v.copy() for k, v in a.items() if k.startswith("scalar.")},
+            tables=list(np.split(a["losses"], splits)) if len(a["loss_rows"]) else [],
+            snapshot_states={int(k.removeprefix("snapshot.")): v for k, v in a.items()
+                             if k.startswith("snapshot.")},
+        )
+
+    def record(self, n: int, of: int, t: float | None) -> StepRecord:
+        """Step ``n`` as first reported (replayed after a resume); ``t`` None: a block
+        of a global-in-time method (no error measured yet)."""
+        metrics = {k: float(v[n - 1]) for k, v in self.metrics.items()} if n > 0 else {}
+        if t is not None:
+            metrics["rel_l2"] = float(np.sqrt(self.err_sq[n] / self.ref_sq[n]))
+            if np.isfinite(self.boundary[n]):
+                metrics["boundary_max_abs"] = float(self.boundary[n])
+        if n > 0:
+            metrics["wall_time_s"] = float(self.wall[n - 1])
+        table = self.tables[n - 1] if n else np.zeros((0, 4))
+        return StepRecord.from_table(table, metrics, step=n, of=of, t=t)
+
+
 @dataclasses.dataclass
 class Checkpoint:
     """A run after ``step`` steps: the method's ``state`` and the driver's ``record``
-    (named arrays and ``info`` numbers, see :func:`teng_eq.simulation.run_simulation`)."""
+    (named arrays: :meth:`History.arrays`) and ``info`` numbers."""
 
     step: int
     state: PyTree
@@ -77,7 +144,6 @@ class CheckpointStore:
         self.path = Path(path)
         self.key = {"kind": "checkpoint", "version": VERSION, **describe}
         self.seconds = 0.0  # time spent writing
-        self.writes = 0
 
     @classmethod
     def for_run(cls, config_hash: str, run_id: str, *, directory=None) -> CheckpointStore:
@@ -92,7 +158,6 @@ class CheckpointStore:
         arrays["info"] = np.array(json.dumps({"step": int(step), **{k: float(v) for k, v in info.items()}}))
         store_arrays(self.path, arrays, self.key)
         self.seconds += time.perf_counter() - start
-        self.writes += 1
 
     def load(self, like: PyTree) -> Checkpoint | None:
         """The checkpoint, its state shaped like ``like``; None if there is no sound one."""

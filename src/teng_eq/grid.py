@@ -1,13 +1,39 @@
-"""Quadrature grids: uniform periodic grids (the periodic trapezoid rule) and the unit
-disk (Gauss–Legendre in r × trapezoid in θ)."""
+"""Quadratures: ``∫ f ≈ Σₙ wₙ f(xₙ)`` (:class:`Quadrature`, the weighted norm
+:func:`norm2`), on uniform periodic grids (the periodic trapezoid rule) and the
+unit disk (Gauss–Legendre in r × trapezoid in θ)."""
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
+
+
+class Quadrature(NamedTuple):
+    """``∫ f ≈ Σₙ wₙ f(xₙ)``: ``points`` (n, dim) and ``weights``, one number when
+    every point has the same weight (a uniform periodic grid), else (n,).
+
+    ``boundary`` (n,) marks the points on a Dirichlet boundary (None: there are
+    none): there a fit's target is the boundary value, not the PDE's.
+    ``grid_shape`` is the tensor-grid layout of ``points`` in 'ij' order (first
+    axis slowest), None for scattered points; plots use it.
+    """
+
+    points: Float[Array, "n dim"]
+    weights: float | Float[Array, " n"]
+    boundary: Bool[Array, " n"] | None = None
+    grid_shape: tuple[int, ...] | None = None
+
+
+def norm2(r: Float[Array, " n"], weights: float | Float[Array, " n"]) -> Float[Array, ""]:
+    """``‖r‖² ≈ Σₙ wₙ rₙ²``: the quadrature of ``r²`` (``weights`` one number, or one
+    per point). Every loss of the library is this norm of a residual."""
+    if jnp.ndim(weights) == 0:
+        return weights * jnp.sum(r * r)
+    return jnp.sum(weights * r * r)
 
 
 def grid_axes(n: int, lengths, shift: float = 0.0) -> list[np.ndarray]:

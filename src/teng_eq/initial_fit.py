@@ -13,12 +13,14 @@ stops improving; it has converged if it ended below ``stage2_tol·‖u₀‖²``
   loss down by orders of magnitude fast but end up oscillating around a
   plateau (a step that raises the loss is kept), then with
   Levenberg–Marquardt again (``stage2_polish_iters``), whose step rejection
-  and adaptive damping go below that plateau (measured on the paper's
-  condition, 64² grid: 7e-14 → 2.5e-14 in 25 iterations, where the plain
-  iterations made no further progress in 200).
+  and adaptive damping go below that plateau (docs/performance.md).
+
+Both run in jitted chunks of iterations (:func:`iterate_chunks`), stopping at a
+tolerance, an iteration cap, or after ``patience`` chunks that did not halve
+the loss.
 
 A fit that ends above ``stage2_tol`` is reported (a warning, and
-``converged: False`` in its info) and is not cached, so that no later run
+``converged=False`` in its :class:`FitReport`) and is not cached, so that no later run
 takes it for a good θ₀. Converged results are cached on disk
 (:func:`cached_initial_parameters`) keyed by initial condition, architecture,
 quadrature grid and seed, so every run and method of a sweep starts from the
@@ -27,6 +29,7 @@ same θ₀ and none refits it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import warnings
@@ -39,14 +42,90 @@ from jaxtyping import Array, Float
 
 from teng_eq.cache import cache_dir, digest, load_arrays, store_arrays
 from teng_eq.equations import Equation, operator
-from teng_eq.grid import grid_points
+from teng_eq.errors import bad
+from teng_eq.grid import Quadrature, grid_points, norm2
+from teng_eq.lstsq import SOLVERS
 from teng_eq.model import ParamSpace, TENGNet
-from teng_eq.stepper import Stepper, random_subset
+from teng_eq.options import at_least
+from teng_eq.stepper import BestSoFar, Factors, StageSolver, random_subset
 
 
-def _value_and_gradient(fn, x):
-    u, g = jax.value_and_grad(fn)(x)
-    return jnp.concatenate([u[None], g])
+@dataclasses.dataclass(frozen=True)
+class FitOptions:
+    """θ₀'s fit (the ``fit`` config group): each stage's tolerance, parameters drawn
+    and iteration cap, the Levenberg–Marquardt polish, the ``patience`` (chunks of
+    25 iterations without halving the loss) of stage 2, and the least squares of
+    stage 2 (``solver``, ``damping``: by default those of the time steps)."""
+
+    stage1_tol: float
+    stage1_subsample: int
+    stage1_max_iters: int
+    stage2_tol: float
+    stage2_subsample: int
+    stage2_max_iters: int
+    stage2_polish_iters: int
+    patience: int
+    solver: str
+    damping: float
+
+    def validate(self, prefix: str) -> None:
+        for key in ("stage1_tol", "stage2_tol"):
+            if not getattr(self, key) > 0:
+                bad(f"{prefix}.{key}", getattr(self, key), "must be > 0")
+        at_least(prefix, self, 1, "stage1_subsample", "stage1_max_iters", "stage2_subsample",
+                 "stage2_max_iters", "patience")
+        at_least(prefix, self, 0, "stage2_polish_iters")
+        check_least_squares(prefix, self.solver, self.damping)
+
+
+def check_least_squares(prefix: str, solver: str, damping: float) -> None:
+    """``solver`` is one of :data:`~teng_eq.lstsq.SOLVERS` and ``damping`` in [0, 1)."""
+    name = f"{prefix}." if prefix else ""
+    if solver not in SOLVERS:
+        bad(f"{name}solver", solver, f"unknown, choose one of {list(SOLVERS)}")
+    if not 0 <= damping < 1:
+        bad(f"{name}damping", damping, "must be in [0, 1)")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitReport:
+    """How θ₀'s fit went: each stage's final loss and time, the relative loss
+    ``stage2_loss / ‖u₀‖²``, whether it reached ``stage2_tol`` (``converged``) and
+    whether it came from the cache."""
+
+    stage1_loss: float
+    stage2_loss: float
+    stage2_rel_loss: float
+    converged: bool
+    stage1_s: float
+    stage2_s: float
+    cached: bool = False
+
+    @property
+    def seconds(self) -> float:
+        """Time this run spent fitting: 0 when it came from the cache."""
+        return 0.0 if self.cached else self.stage1_s + self.stage2_s
+
+
+def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float], *, tol: float,
+                   max_iters: int, chunk: int, patience: int, log: Callable[[str], None] | None,
+                   label: str, describe: Callable[[object], str] = lambda carry: ""):
+    """Run ``carry = run_chunk(carry)`` (``chunk`` iterations, jitted) until
+    ``loss_of(carry) < tol``, ``max_iters`` iterations, or ``patience`` chunks in a
+    row that did not halve the best loss; each chunk reported to ``log``."""
+    best, stale = loss_of(carry), 0
+    for c in range(max(1, max_iters // chunk)):
+        if loss_of(carry) < tol:
+            break
+        carry = run_chunk(carry)
+        current = loss_of(carry)
+        if log is not None:
+            log(f"{label}: iter {(c + 1) * chunk} loss {current:.3e}{describe(carry)}")
+        stale = 0 if current < 0.5 * best else stale + 1
+        best = min(best, current)
+        if stale >= patience:
+            break
+    return carry
 
 
 def levenberg_marquardt(
@@ -68,15 +147,13 @@ def levenberg_marquardt(
 
     Each iteration solves ``(J_SᵀJ_S + λ·tr(J_SᵀJ_S)/|S| · I) Δ = −J_Sᵀ r`` and keeps
     the step only if the loss drops (then λ ← λ/3, else λ ← 4λ): the natural
-    gradient of the paper's fit, made robust far from the optimum. Runs in
-    jitted chunks of ``chunk`` iterations; stops at ``tol``, at ``max_iters``, or
-    after ``patience`` chunks that did not halve the loss.
+    gradient of the paper's fit, made robust far from the optimum. Returns
+    ``(θ, loss)``.
     """
     n_params = theta.shape[0]
 
     def loss(theta):
-        r = residual(theta)
-        return weight * jnp.sum(r * r)
+        return norm2(residual(theta), weight)
 
     def iteration(_, carry):
         theta, current, lam, key = carry
@@ -95,25 +172,17 @@ def levenberg_marquardt(
         lam = jnp.clip(jnp.where(better, lam / 3, lam * 4), 1e-15, 1e6)
         return theta, current, lam, key
 
-    run_chunk = jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, iteration, carry))
-    carry = (theta, loss(theta), jnp.asarray(1e-3), key)
-    best, stale = float(carry[1]), 0
-    for c in range(max(1, max_iters // chunk)):
-        if float(carry[1]) < tol:
-            break
-        carry = run_chunk(carry)
-        current = float(carry[1])
-        if log is not None:
-            log(f"{label}: iter {(c + 1) * chunk} loss {current:.3e} lambda {float(carry[2]):.1e}")
-        stale = 0 if current < 0.5 * best else stale + 1
-        best = min(best, current)
-        if stale >= patience:
-            break
+    carry = iterate_chunks(
+        jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, iteration, carry)),
+        (theta, loss(theta), jnp.asarray(1e-3), key), lambda carry: float(carry[1]), tol=tol,
+        max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label,
+        describe=lambda carry: f" lambda {float(carry[2]):.1e}",
+    )
     return carry[0], float(carry[1])
 
 
 def refine(
-    stepper: Stepper,
+    solver: StageSolver,
     theta: Float[Array, " params"],
     target: Float[Array, " n"],
     *,
@@ -127,7 +196,7 @@ def refine(
     label: str = "fit",
 ):
     """Plain TENG iterations (undamped Gauss–Newton on subsets) towards ``target``,
-    keeping the best θ seen.
+    keeping the best θ seen (:class:`~teng_eq.stepper.BestSoFar`). Returns ``(θ, loss)``.
 
     Near the optimum these steps are not monotone: a step can raise the loss and
     still lead on to a much lower one, where a monotone (Levenberg–Marquardt)
@@ -135,48 +204,45 @@ def refine(
     """
 
     def body(_, carry):
-        theta, best_theta, best, key = carry
+        theta, best, key = carry
         key, sub = jax.random.split(key)
-        new_theta, before, _ = stepper.iteration(theta, target, sub, subsample)
+        new_theta, before, _ = solver.iteration(theta, target, sub, subsample)
         # ``before`` is the loss of ``theta``, the iterate this step started from.
-        improved = before < best
-        best_theta = jnp.where(improved, theta, best_theta)
-        best = jnp.where(improved, before, best)
-        return new_theta, best_theta, best, key
+        return new_theta, best.update(theta, before), key
 
-    run_chunk = jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, body, carry))
-    carry = (theta, theta, jnp.asarray(jnp.inf), key)
-    best, stale = np.inf, 0
-    for c in range(max(1, max_iters // chunk)):
-        carry = run_chunk(carry)
-        current = float(carry[2])
-        if log is not None:
-            log(f"{label}: iter {(c + 1) * chunk} best loss {current:.3e}")
-        stale = 0 if current < 0.5 * best else stale + 1
-        best = min(best, current)
-        if current < tol or stale >= patience:
-            break
-    return carry[1], float(carry[2])
+    carry = iterate_chunks(
+        jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, body, carry)),
+        (theta, BestSoFar(theta, jnp.asarray(jnp.inf)), key), lambda carry: float(carry[1].loss),
+        tol=tol, max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label,
+    )
+    return carry[1].theta, float(carry[1].loss)
 
 
-def _value_gradient_rows(stepper: Stepper):
-    """``(θ, S) ↦ ∂(û, ∂₁û, …)/∂θ_S`` on the stepper's grid: the stepper's factored
-    Jacobian and its x-derivatives (one JVP of the factors per direction)."""
-    space, points = stepper.space, stepper.points
+def value_gradient_rows(solver: StageSolver):
+    """``(θ, S) ↦ ∂(û, ∂₁û, …)/∂θ_S`` on the solver's nodes, one row per node and
+    derivative: the factored Jacobian's rows (:meth:`~teng_eq.stepper.StageSolver.rows`)
+    and their x-derivatives by the product rule, from one JVP of the factors per
+    direction."""
+    points = solver.points
 
     def rows(theta, subset):
-        net = space.network(theta)
-        g, h = stepper.gcol[subset], stepper.hcol[subset]
-        _, G, H = net.jacobian_factors(points)
-        out = [G[:, g] * H[:, h]]
+        f = solver.factors(theta)
+        out = [jnp.concatenate(solver.rows(f, subset))]
         for d in range(points.shape[1]):
             tangent = jnp.zeros_like(points).at[:, d].set(1.0)
-            _, (_, dG, dH) = jax.jvp(net.jacobian_factors, (points,), (tangent,))
-            out.append(dG[:, g] * H[:, h] + G[:, g] * dH[:, h])
-        return jnp.stack(out, axis=1).reshape(-1, subset.shape[0])
+            _, df = jax.jvp(lambda p: solver.factors(theta, p), (points,), (tangent,))
+            out.append(jnp.concatenate([a + b for a, b in zip(solver.rows(Factors(f.u, df.Gt, f.Ht), subset),
+                                                              solver.rows(Factors(f.u, f.Gt, df.Ht), subset))]))
+        # Node-major (rows ordered node, derivative), each block turned first: XLA then
+        # forms JᵀJ as it did from column gathers (bit for bit, so θ₀ fits are unchanged).
+        return jnp.stack([rows_t.T for rows_t in out], axis=1).reshape(-1, subset.shape[0])
 
     return rows
 
+
+def _value_and_gradient(fn, x):
+    u, g = jax.value_and_grad(fn)(x)
+    return jnp.concatenate([u[None], g])
 
 def odd_under_half_shift(equation: Equation, grid: int, tol: float = 1e-12) -> bool:
     """Whether the solution stays odd under ``x → x + L/2`` (all dimensions at once),
@@ -216,7 +282,7 @@ def resolve_init(init: str, equation: Equation, grid: int) -> str:
 
 
 #: Bump when the fitting procedure changes, so stale θ₀ files are not reused.
-FIT_VERSION = 4
+FIT_VERSION = 5
 
 
 def fit_key(description: dict) -> str:
@@ -227,48 +293,38 @@ def fit_key(description: dict) -> str:
 def initial_parameters(
     net: TENGNet,
     u0: Callable[[Array], Array],
-    points: Float[Array, "n dim"],
-    weight: float,
+    quadrature: Quadrature,
     *,
     key,
-    fit,
-    solver: str,
-    damping: float,
+    fit: FitOptions,
     log: Callable[[str], None] | None = None,
-) -> tuple[Float[Array, " params"], dict]:
-    """Two-stage fit of ``net`` to ``u0`` on ``points`` (no cache); stage 2's
-    least squares are those of the time steps (``solver``, ``damping``).
-
-    **Returns** ``(θ₀, info)``; ``info`` holds each stage's final loss and time,
-    the relative loss ``loss / ‖u₀‖²`` and whether it reached ``fit.stage2_tol``
-    (``converged``).
-    """
+) -> tuple[Float[Array, " params"], FitReport]:
+    """Two-stage fit of ``net`` to ``u0`` on ``quadrature`` (no cache); stage 2's least
+    squares are ``fit.solver`` and ``fit.damping``. Returns ``(θ₀, report)``."""
     space = ParamSpace(net)
-    stepper = Stepper(space, points, weight, solver, damping)
+    solver = StageSolver(space, quadrature, fit.solver, fit.damping)
+    points = solver.points
     k1, k2, k3 = jax.random.split(key, 3)
     target1 = jax.vmap(lambda x: _value_and_gradient(u0, x))(points)
     target2 = target1[:, 0]
-    norm = float(stepper.norm2(target2))
-    tol2 = fit.stage2_tol * norm
+    norm = float(solver.norm2(target2))
     sub2 = min(fit.stage2_subsample, space.size)
-
-    # Per-point quadrature weights (a non-uniform rule): the stepper's √wₙ scale each
-    # point's rows (its `weight` is then 1).
-    sw = stepper.sqrt_weights
-    sqrt_w = None if sw is None else jnp.repeat(sw, target1.shape[1])
-    rows = _value_gradient_rows(stepper)
+    # Per-point quadrature weights scale each point's rows by √wₙ (the solver's weight is then 1).
+    rows = value_gradient_rows(solver)
+    sqrt_w = solver.scaled(jnp.ones(points.shape[0]))
 
     def residual1(theta):
         net = space.network(theta)
         r = jax.vmap(lambda x: _value_and_gradient(net, x))(points) - target1
-        return r if sqrt_w is None else r.reshape(-1) * sqrt_w
+        return r if solver.sqrt_weights is None else r.reshape(-1) * jnp.repeat(sqrt_w, target1.shape[1])
 
     def jacobian1(theta, subset):
-        return rows(theta, subset) if sqrt_w is None else rows(theta, subset) * sqrt_w[:, None]
+        J = rows(theta, subset)
+        return J if solver.sqrt_weights is None else J * jnp.repeat(sqrt_w, target1.shape[1])[:, None]
 
     t0 = time.perf_counter()
     theta, loss1 = levenberg_marquardt(
-        residual1, jacobian1, space.flatten(net), stepper.weight, key=k1,
+        residual1, jacobian1, space.flatten(net), solver.weight, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
         max_iters=fit.stage1_max_iters, log=log, label="θ₀ stage 1 (value+gradient)",
     )
@@ -276,42 +332,37 @@ def initial_parameters(
     # Stage 2 goes on while it improves (tol 0): stage2_tol judges the result,
     # it does not stop the fit half-way to the loss it could reach.
     theta, loss2 = refine(
-        stepper, theta, target2, key=k2, subsample=sub2, tol=0.0, max_iters=fit.stage2_max_iters,
+        solver, theta, target2, key=k2, subsample=sub2, tol=0.0, max_iters=fit.stage2_max_iters,
         patience=fit.patience, log=log, label="θ₀ stage 2 (value)",
     )
     if fit.stage2_polish_iters > 0:
-        sw2 = 1.0 if sw is None else sw
         theta, loss2 = levenberg_marquardt(
-            lambda th: (stepper.values(th) - target2) * sw2,
-            lambda th, subset: stepper.jacobian(th, subset)[1].T * jnp.reshape(sw2, (-1, 1)),
-            theta, stepper.weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
+            lambda th: solver.scaled(solver.values(th) - target2),
+            lambda th, subset: solver.scaled(solver.jacobian(th, subset)[1]).T,
+            theta, solver.weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
             patience=fit.patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
         )
-    info = dict(
-        stage1_loss=loss1, stage2_loss=loss2, stage2_rel_loss=loss2 / norm, converged=bool(loss2 <= tol2),
-        stage1_s=t1 - t0, stage2_s=time.perf_counter() - t1,
-    )
-    return theta, info
+    report = FitReport(stage1_loss=loss1, stage2_loss=loss2, stage2_rel_loss=loss2 / norm,
+                       converged=bool(loss2 <= fit.stage2_tol * norm), stage1_s=t1 - t0,
+                       stage2_s=time.perf_counter() - t1)
+    return theta, report
 
 
 def cached_initial_parameters(
     net: TENGNet,
     u0: Callable[[Array], Array],
-    points: Float[Array, "n dim"],
-    weight: float,
+    quadrature: Quadrature,
     *,
     key,
-    fit,
-    solver: str,
-    damping: float,
+    fit: FitOptions,
     description: dict,
     directory=None,
     log: Callable[[str], None] | None = None,
-) -> tuple[Float[Array, " params"], dict]:
+) -> tuple[Float[Array, " params"], FitReport]:
     """:func:`initial_parameters`, cached under ``directory`` by ``description``
     (initial condition, architecture, grid, seed, fit settings). Stored as a
-    self-checking entry (:func:`teng_eq.cache.store_arrays`: θ and the fit's info
-    as JSON, no pickle), refitted when missing, damaged or stale.
+    self-checking entry (:func:`teng_eq.cache.store_arrays`: θ and the report as
+    JSON, no pickle), refitted when missing, damaged or stale.
 
     A fit that did not reach its tolerance is returned with a warning and is
     *not* written to the cache.
@@ -320,14 +371,15 @@ def cached_initial_parameters(
     entry_key = {**description, "version": FIT_VERSION}
     cached = load_arrays(path, entry_key)
     if cached is not None:
-        return jnp.asarray(cached["theta"]), {**json.loads(str(cached["info"])), "cached": True}
-    theta, info = initial_parameters(net, u0, points, weight, key=key, fit=fit, solver=solver,
-                                     damping=damping, log=log)
-    if not info["converged"]:
+        report = FitReport(**{**json.loads(str(cached["info"])), "cached": True})
+        return jnp.asarray(cached["theta"]), report
+    theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log)
+    if not report.converged:
         warnings.warn(
-            f"θ₀ fit ended above its tolerance: relative loss {info['stage2_rel_loss']:.2e} > "
+            f"θ₀ fit ended above its tolerance: relative loss {report.stage2_rel_loss:.2e} > "
             f"fit.stage2_tol={fit.stage2_tol:g}; not cached", stacklevel=2,
         )
-        return theta, {**info, "cached": False}
-    store_arrays(path, {"theta": np.asarray(theta), "info": np.array(json.dumps(info))}, entry_key)
-    return theta, {**info, "cached": False}
+        return theta, report
+    info = np.array(json.dumps(dataclasses.asdict(report)))
+    store_arrays(path, {"theta": np.asarray(theta), "info": info}, entry_key)
+    return theta, report

@@ -24,7 +24,9 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import lineax as lx
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
+
+from teng_eq.results import RESULTS
 
 SOLVERS = ("qr", "svd", "cholesky")
 
@@ -49,24 +51,24 @@ def least_squares_rows(
     b: Float[Array, " rows"],
     solver: str,
     damping: float,
-) -> tuple[Float[Array, " cols"], Bool[Array, ""]]:
+) -> tuple[Float[Array, " cols"], RESULTS]:
     """:func:`least_squares` given ``Aᵀ`` as a stack of row blocks, the layout the
-    stepper builds: the normal equations then need no copy of ``A`` at all
+    stage solver builds: the normal equations then need no copy of ``A`` at all
     (:func:`gram` works block by block); QR and SVD stack the blocks into ``A``.
 
-    **Returns** ``(x, fallback)``: the solution, and whether ``cholesky`` broke
-    down (a non-finite solution: damping too small for cond(AᵀA)) so that QR
-    redid the solve. ``fallback`` is always False for ``qr`` and ``svd``. ``x``
-    itself may still be non-finite (QR of an exactly singular undamped matrix);
-    the caller decides what to do with it.
+    **Returns** ``(x, result)``: the solution, and ``RESULTS.cholesky_fallback``
+    where ``cholesky`` broke down (a non-finite solution: damping too small for
+    cond(AᵀA)) so that QR redid the solve. ``x`` itself may still be non-finite
+    (QR of an exactly singular undamped matrix); the caller decides what to do
+    with it.
     """
     if solver == "cholesky":
         x = normal_equations(blocks, b, damping)
         broke = ~jnp.all(jnp.isfinite(x))
         # lax.cond runs only the branch it takes: the QR costs nothing when unused.
         x = jax.lax.cond(broke, lambda: _dense(blocks, b, "qr", damping), lambda: x)
-        return x, broke
-    return _dense(blocks, b, solver, damping), jnp.zeros((), bool)
+        return x, RESULTS.where(broke, RESULTS.cholesky_fallback, RESULTS.successful)
+    return _dense(blocks, b, solver, damping), RESULTS.successful
 
 
 def _dense(blocks, b, solver: str, damping: float) -> Float[Array, " cols"]:

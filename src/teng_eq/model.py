@@ -35,6 +35,7 @@ Initialisation (``init``):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import equinox as eqx
@@ -44,10 +45,39 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from teng_eq.errors import bad
+from teng_eq.options import at_least
+
 #: Embedding activations σ (see the module docstring).
 EMBEDDING_ACTIVATIONS = ("tanh", "identity")
-#: Initialisations (see the module docstring).
+#: Initialisations (see the module docstring); ``auto`` is resolved per problem
+#: (:func:`teng_eq.initial_fit.resolve_init`) before a network is built.
 INITS = ("odd", "paper", "legacy")
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """The sequential methods' network (the ``network`` config group): embedding
+    ``features`` per dimension, hidden ``width``, ``depth`` layers in all
+    (embedding, hidden, output), ``embedding_activation`` σ and ``init`` (module
+    docstring; ``auto`` as well, until resolved)."""
+
+    features: int
+    width: int
+    depth: int
+    embedding_activation: str
+    init: str
+
+    def validate(self, prefix: str = "network", resolved: bool = False) -> None:
+        at_least(prefix, self, 1, "features", "width")
+        if self.depth < 3:
+            bad(f"{prefix}.depth", self.depth, "must be >= 3 (embedding, hidden, output)")
+        if self.embedding_activation not in EMBEDDING_ACTIVATIONS:
+            bad(f"{prefix}.embedding_activation", self.embedding_activation,
+                f"unknown, choose one of {list(EMBEDDING_ACTIVATIONS)}")
+        inits = INITS if resolved else ("auto", *INITS)
+        if self.init not in inits:
+            bad(f"{prefix}.init", self.init, f"unknown, choose one of {list(inits)}")
 
 
 class PeriodicEmbedding(eqx.Module):
@@ -108,14 +138,7 @@ class TENGNet(eqx.Module):
         periodic: bool = True,
         key: PRNGKeyArray,
     ):
-        if depth < 3:
-            raise ValueError(f"depth must be >= 3 (embedding, hidden, output), got {depth}")
-        if embedding_activation not in EMBEDDING_ACTIVATIONS:
-            raise ValueError(
-                f"unknown embedding_activation {embedding_activation!r}; known: {EMBEDDING_ACTIVATIONS}"
-            )
-        if init not in INITS:
-            raise ValueError(f"unknown init {init!r}; known: {INITS}")
+        NetworkConfig(features, width, depth, embedding_activation, init).validate(resolved=True)
         lengths = (2 * math.pi,) * dim if lengths is None else lengths
         keys = jax.random.split(key, depth)
         self.embedding_activation = embedding_activation
@@ -282,3 +305,23 @@ class ParamSpace(eqx.Module):
     def apply(self, theta: Float[Array, " params"], points: Float[Array, "n dim"]) -> Float[Array, " n"]:
         """``û_θ`` at each of ``points``."""
         return jax.vmap(self.network(theta))(points)
+
+
+def build_network(options: NetworkConfig, dim: int, periods: tuple[float, ...] | None, seed: int,
+                  init: str | None = None) -> TENGNet:
+    """The untrained network of ``options`` on a ``dim``-dimensional domain (periodic
+    embedding with ``periods``, or Cartesian input where None), initialised from
+    ``seed`` as ``init`` says (default ``options.init``, which must then be resolved)."""
+    key, _ = jax.random.split(jax.random.PRNGKey(seed))
+    return TENGNet(dim=dim, features=options.features, width=options.width, depth=options.depth,
+                   lengths=periods, periodic=periods is not None,
+                   embedding_activation=options.embedding_activation,
+                   init=options.init if init is None else init, key=key)
+
+
+def parameter_count(options: NetworkConfig, dim: int, periods: tuple[float, ...] | None) -> int:
+    """Trainable parameters of :func:`build_network` (shape evaluation, no compute;
+    they do not depend on the initialisation)."""
+    shapes = eqx.filter_eval_shape(build_network, options, dim, periods, 0, "paper")
+    return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(shapes)
+               if isinstance(leaf, jax.ShapeDtypeStruct) and np.issubdtype(leaf.dtype, np.inexact))

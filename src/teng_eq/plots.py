@@ -79,7 +79,7 @@ def loss_iterations(path: Path, table, steps, step_loss=None, step_times=None, t
 def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
     """Reference, TENG and their difference as density plots at a few times (paper Fig.
     burgers_color); ``snapshots`` maps step → (TENG, reference), each the values at the
-    points of ``evaluation`` (the equation's :class:`~teng_eq.equations.Quadrature`).
+    points of ``evaluation`` (the equation's :class:`~teng_eq.grid.Quadrature`).
 
     On a 2-D grid (``evaluation.grid_shape``) the fields are images; on a 3-D grid, the
     slice through the middle of the last axis; on scattered 2-D points (the disk), a

@@ -1,11 +1,12 @@
-"""One TENG stage (Subroutine ``TENG_stepper``): repeated projected least squares.
+"""One TENG stage — the paper's Subroutine ``TENG_stepper`` — solved by repeated
+projected least squares (:class:`StageSolver`).
 
 Given θ and a target ``u_target`` on the quadrature grid, each iteration:
 
 1. residual ``r = û_θ − u_target`` and loss ``L = ‖r‖²_{L²} ≈ Σₙ wₙ r(xₙ)²``;
 2. ``Δu = −α ∂L/∂û = −r`` (α = 1/2: the full Gauss–Newton step);
 3. ``J = ∂û_θ(xₙ)/∂θ_S`` for a random subset S of the parameters;
-4. ``Δθ_S = argmin ‖W^{1/2}(J Δθ_S − Δu)‖₂`` (:func:`teng_eq.lstsq.least_squares`; a
+4. ``Δθ_S = argmin ‖W^{1/2}(J Δθ_S − Δu)‖₂`` (:meth:`StageSolver.project`; a
    uniform weight drops out, per-point weights scale each row by √wₙ);
 5. ``θ_S ← θ_S + Δθ_S``.
 
@@ -18,7 +19,7 @@ How many iterations a stage runs is its *stopping policy*:
   floor) or the last ``patience`` iterations did not improve; never beyond the
   cap. Iterations go on from the latest iterate, as in the paper (a step that
   raised the loss is often followed by a much better one), but the stage
-  returns the best one.
+  returns the best one (:class:`BestSoFar`).
 
 A whole stage is one traced function (``lax.while_loop`` over iterations), so it
 runs without any host round trip; the Jacobian factors of each new iterate give
@@ -33,10 +34,14 @@ import dataclasses
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from teng_eq.errors import bad
+from teng_eq.grid import Quadrature, norm2
 from teng_eq.lstsq import least_squares_rows, row_blocks
 from teng_eq.model import ParamSpace
+from teng_eq.options import at_least
+from teng_eq.results import RESULTS, event_counts
 
 #: Stopping policies of a stage (see the module docstring).
 POLICIES = ("adaptive", "fixed")
@@ -46,9 +51,7 @@ POLICIES = ("adaptive", "fixed")
 class Stopping:
     """How many iterations a stage runs (module docstring): ``policy`` ``fixed``
     (the cap) or ``adaptive``, with ``min_iters``, ``rtol``, ``patience`` and
-    ``floor`` for the latter. The values come from the ``stopping`` group of
-    ``conf/config.yaml``.
-    """
+    ``floor`` for the latter (the ``stopping`` config group)."""
 
     policy: str
     min_iters: int
@@ -57,16 +60,11 @@ class Stopping:
     floor: float
 
     def validate(self, prefix: str = "stopping") -> None:
-        from teng_eq.config import bad  # config imports this module
-
         if self.policy not in POLICIES:
             bad(f"{prefix}.policy", self.policy, f"unknown, choose one of {list(POLICIES)}")
-        if self.min_iters < 1:
-            bad(f"{prefix}.min_iters", self.min_iters, "must be an integer >= 1")
+        at_least(prefix, self, 1, "min_iters", "patience")
         if not 0 < self.rtol < 1:
             bad(f"{prefix}.rtol", self.rtol, "must be in (0, 1)")
-        if self.patience < 1:
-            bad(f"{prefix}.patience", self.patience, "must be an integer >= 1")
         if not 0 <= self.floor < 1:
             bad(f"{prefix}.floor", self.floor, "must be in [0, 1)")
 
@@ -80,9 +78,9 @@ def random_subset(key: PRNGKeyArray, n: int, k: int) -> Int[Array, " k"]:
     those of the k largest of n uniform draws.
 
     The k-th largest draw is found by bisection on its value instead of a sort
-    (``lax.top_k``): 1.0 ms against 2.3 ms for n = 8361, k = 384 on 2 cores, and
-    the same set as ``top_k``. Float64 uniforms are multiples of 2⁻⁵², so 60
-    halvings of [0, 1] leave at most one distinct draw between the bounds.
+    (``lax.top_k``: slower, docs/performance.md), the same set. Float64 uniforms
+    are multiples of 2⁻⁵², so 60 halvings of [0, 1] leave at most one distinct
+    draw between the bounds.
     """
     u = jax.random.uniform(key, (n,))
 
@@ -108,24 +106,35 @@ def residual(
     return out
 
 
+class BestSoFar(eqx.Module):
+    """The iterate of lowest loss seen so far (the pattern of optimistix's
+    ``BestSoFarLeastSquares``): iterations go on from the latest iterate, this
+    keeps the one to return."""
+
+    theta: Float[Array, " params"]
+    loss: Float[Array, ""]
+
+    def update(self, theta: Float[Array, " params"], loss: Float[Array, ""]) -> BestSoFar:
+        better = loss < self.loss
+        return BestSoFar(jnp.where(better, theta, self.theta), jnp.where(better, loss, self.loss))
+
+
 class StageLog(eqx.Module):
     """Record of one stage.
 
     ``loss[k]`` is the loss after k iterations (``loss[0]`` that of the starting
-    θ) and ``lsq[k]`` iteration k's least-squares residual ``w‖J Δθ − Δu‖²``: the
+    θ) and ``lsq[k]`` iteration k's least-squares residual ``‖J Δθ − Δu‖²``: the
     loss the linearised model predicts after it. Both keep the length of the cap
     and are NaN after the stage stopped. ``final_loss`` is the loss of the θ the
-    stage returns; ``iterations`` how many it ran; ``fallbacks`` how many of its
-    Cholesky solves broke down and were redone by QR; ``zero_steps`` how many
-    non-finite updates were replaced by no update.
+    stage returns; ``iterations`` how many it ran; ``events`` how many of its
+    solves ran into each of :data:`~teng_eq.results.EVENTS`.
     """
 
     loss: Float[Array, " iters+1"]
     lsq: Float[Array, " iters"]
     final_loss: Float[Array, ""]
     iterations: Int[Array, ""]
-    fallbacks: Int[Array, ""]
-    zero_steps: Int[Array, ""]
+    events: dict[str, Int[Array, ""]]
 
 
 class Factors(eqx.Module):
@@ -137,13 +146,12 @@ class Factors(eqx.Module):
     Ht: Float[Array, "h n"]
 
 
-class Stepper(eqx.Module):
-    """TENG iterations for the network ``space`` on the quadrature ``points``.
+class StageSolver(eqx.Module):
+    """Solves TENG stages for the network ``space`` on a ``quadrature``.
 
-    **Arguments:** ``space``, ``points`` (n × dim) and their quadrature ``weight`` (one
-    number, or one per point);
-    ``solver`` and relative ``damping`` of the least squares
-    (:mod:`teng_eq.lstsq`); the ``stopping`` policy (:class:`Stopping`).
+    **Arguments:** ``space``; the ``quadrature`` (its points and weights: one
+    number, or one per point); ``solver`` and relative ``damping`` of the least
+    squares (:mod:`teng_eq.lstsq`); the ``stopping`` policy (:class:`Stopping`).
     """
 
     space: ParamSpace
@@ -157,16 +165,15 @@ class Stepper(eqx.Module):
     gcol: Int[Array, " params"]
     hcol: Int[Array, " params"]
 
-    def __init__(self, space: ParamSpace, points, weight: float, solver: str, damping: float,
+    def __init__(self, space: ParamSpace, quadrature: Quadrature, solver: str, damping: float,
                  stopping: Stopping = FIXED):
-        if stopping.policy not in POLICIES:
-            raise ValueError(f"unknown stopping policy {stopping.policy!r}; known: {POLICIES}")
         self.space = space
-        self.points = jnp.asarray(points)
-        if jnp.ndim(weight) == 0:
-            self.weight, self.sqrt_weights = float(weight), None
+        self.points = jnp.asarray(quadrature.points)
+        weights = quadrature.weights
+        if jnp.ndim(weights) == 0:
+            self.weight, self.sqrt_weights = float(weights), None
         else:
-            self.weight, self.sqrt_weights = 1.0, jnp.sqrt(jnp.asarray(weight))
+            self.weight, self.sqrt_weights = 1.0, jnp.sqrt(jnp.asarray(weights))
         self.solver = solver
         self.damping = float(damping)
         self.stopping = stopping
@@ -176,17 +183,22 @@ class Stepper(eqx.Module):
     def values(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
         return self.space.apply(theta, self.points)
 
+    def scaled(self, r: Float[Array, "*rows n"]) -> Float[Array, "*rows n"]:
+        """``r`` (or rows of ``Jᵀ``) times √wₙ where the weights are per point, so
+        that ``self.weight · ‖scaled(r)‖₂²`` is the quadrature of ``r²``."""
+        return r if self.sqrt_weights is None else r * self.sqrt_weights
+
     def norm2(self, r: Float[Array, " n"]) -> Float[Array, ""]:
-        """``Σₙ wₙ rₙ²``: the quadrature of ``r²``."""
-        if self.sqrt_weights is not None:
-            r = r * self.sqrt_weights
-        return self.weight * jnp.sum(r * r)
+        """``Σₙ wₙ rₙ²``: the quadrature of ``r²`` (:func:`~teng_eq.grid.norm2`)."""
+        return norm2(self.scaled(r), self.weight)
 
     def loss(self, theta, target) -> Float[Array, ""]:
         return self.norm2(self.values(theta) - target)
 
-    def factors(self, theta: Float[Array, " params"]) -> Factors:
-        return Factors(*self.space.network(theta).jacobian_factors_t(self.points))
+    def factors(self, theta: Float[Array, " params"], points=None) -> Factors:
+        """:class:`Factors` of θ on ``points`` (default: the quadrature nodes)."""
+        points = self.points if points is None else points
+        return Factors(*self.space.network(theta).jacobian_factors_t(points))
 
     def rows(self, factors: Factors, subset: Int[Array, " k"]) -> tuple[Float[Array, "_ n"], ...]:
         """``Jᵀ`` of the parameters ``subset`` as the row blocks of
@@ -200,46 +212,45 @@ class Stepper(eqx.Module):
     ) -> tuple[Float[Array, " n"], Float[Array, "k n"]]:
         """``(û_θ, Jᵀ)`` on the grid, ``Jᵀ[j, n] = ∂û_θ(xₙ)/∂θ_{S_j}``: one row per
         drawn parameter."""
-        u, rows = self.jacobian_rows(theta, subset)
-        return u, jnp.concatenate(rows)
-
-    def jacobian_rows(
-        self, theta: Float[Array, " params"], subset: Int[Array, " k"]
-    ) -> tuple[Float[Array, " n"], tuple[Float[Array, "_ n"], ...]]:
-        """``(û_θ, Jᵀ)`` with ``Jᵀ`` as row blocks (:meth:`rows`)."""
         f = self.factors(theta)
-        return f.u, self.rows(f, subset)
+        return f.u, jnp.concatenate(self.rows(f, subset))
 
     def solve(
-        self, rows: tuple[Float[Array, "_ n"], ...], du: Float[Array, " n"]
-    ) -> tuple[Float[Array, " k"], Bool[Array, ""]]:
-        """``argmin ‖J Δθ_S − Δu‖₂`` by the configured solver, ``Jᵀ`` as row blocks;
-        and whether a Cholesky fell back to QR."""
-        return least_squares_rows(rows, du, self.solver, self.damping)
+        self, rows: tuple[Float[Array, "_ n"], ...], rhs: Float[Array, " n"]
+    ) -> tuple[Float[Array, " k"], RESULTS]:
+        """``argmin ‖J x − rhs‖₂`` by the configured solver (:mod:`teng_eq.lstsq`),
+        ``Jᵀ`` as row blocks, unweighted; and what the solve ran into."""
+        return least_squares_rows(rows, rhs, self.solver, self.damping)
+
+    def project(
+        self, rows: tuple[Float[Array, "_ n"], ...], rhs: Float[Array, " n"]
+    ) -> tuple[Float[Array, " k"], Float[Array, ""], tuple[RESULTS, RESULTS]]:
+        """The weighted least squares ``x = argmin ‖J x − rhs‖²_{L²}`` (``Jᵀ`` as row
+        blocks; rows scaled by √wₙ), by the configured solver.
+
+        **Returns** ``(x, ‖J x − rhs‖²_{L²}, results)``: ``results`` what the solve
+        ran into, then what the update did; a non-finite solution is replaced by 0
+        (``RESULTS.nonfinite_update``), so that it cannot poison θ.
+        """
+        rows, rhs = tuple(self.scaled(B) for B in rows), self.scaled(rhs)
+        x, solved = self.solve(rows, rhs)
+        finite = jnp.all(jnp.isfinite(x))
+        x = jnp.where(finite, x, 0.0)
+        updated = RESULTS.where(finite, RESULTS.successful, RESULTS.nonfinite_update)
+        return x, norm2(residual(rows, x, rhs), self.weight), (solved, updated)
 
     def update(self, theta, u, rows, subset, target):
-        """One Gauss–Newton update of ``θ_S`` from ``û_θ = u`` and ``Jᵀ = rows``.
-
-        **Returns** ``(θ_new, lsq, fallback, zero_step)``; a non-finite solve is
-        replaced by no update (``zero_step``), so that it cannot poison θ.
-        """
-        du = target - u
-        if self.sqrt_weights is not None:
-            rows = tuple(B * self.sqrt_weights for B in rows)
-            du = du * self.sqrt_weights
-        step, fallback = self.solve(rows, du)
-        finite = jnp.all(jnp.isfinite(step))
-        step = jnp.where(finite, step, 0.0)
-        res = residual(rows, step, du)
-        return theta.at[subset].add(step), self.weight * jnp.sum(res * res), fallback, ~finite
+        """One Gauss–Newton update of ``θ_S`` from ``û_θ = u`` and ``Jᵀ = rows``:
+        ``(θ_new, lsq, results)`` (:meth:`project` of ``Δu = target − u``)."""
+        step, lsq, results = self.project(rows, target - u)
+        return theta.at[subset].add(step), lsq, results
 
     def iteration(self, theta, target, key: PRNGKeyArray, n_sub: int):
         """One standalone iteration: ``(θ_new, loss before, lsq)``."""
         subset = random_subset(key, self.space.size, n_sub)
-        u, rows = self.jacobian_rows(theta, subset)
-        loss = self.norm2(target - u)
-        theta, lsq, _, _ = self.update(theta, u, rows, subset, target)
-        return theta, loss, lsq
+        f = self.factors(theta)
+        theta_new, lsq, _ = self.update(theta, f.u, self.rows(f, subset), subset, target)
+        return theta_new, self.norm2(target - f.u), lsq
 
     def stage(
         self,
@@ -259,25 +270,23 @@ class Stepper(eqx.Module):
         adaptive = stop.policy == "adaptive"
 
         def advance(carry, n_sub):
-            i, theta, f, best_theta, best, stall, loss, lsq, fallbacks, zeros = carry
+            i, theta, f, best, stall, loss, lsq, events = carry
             subset = random_subset(keys[i], self.space.size, n_sub)
-            theta, q, fb, zero = self.update(theta, f.u, self.rows(f, subset), subset, target)
+            theta, q, results = self.update(theta, f.u, self.rows(f, subset), subset, target)
             # The new iterate's factors give its loss now and its Jacobian next.
             f = self.factors(theta)
             new = self.norm2(f.u - target)
             if adaptive:
-                stall = jnp.where(new <= (1.0 - stop.rtol) * best, 0, stall + 1)
-                better = new < best
-                best_theta = jnp.where(better, theta, best_theta)
-                best = jnp.where(better, new, best)
-            return (i + 1, theta, f, best_theta, best, stall, loss.at[i + 1].set(new), lsq.at[i].set(q),
-                    fallbacks + fb, zeros + zero)
+                stall = jnp.where(new <= (1.0 - stop.rtol) * best.loss, 0, stall + 1)
+                best = best.update(theta, new)
+            events = jax.tree_util.tree_map(jnp.add, events, event_counts(*results))
+            return i + 1, theta, f, best, stall, loss.at[i + 1].set(new), lsq.at[i].set(q), events
 
         def go(carry):
-            i, best, stall = carry[0], carry[4], carry[5]
+            i, best, stall = carry[0], carry[3], carry[4]
             more = i < iters
             if adaptive:
-                converged = (best <= floor) | (stall >= stop.patience)
+                converged = (best.loss <= floor) | (stall >= stop.patience)
                 more = more & ((i < stop.min_iters) | ~converged)
             return more
 
@@ -285,14 +294,14 @@ class Stepper(eqx.Module):
         l0 = self.norm2(f.u - target)
         nan = jnp.full((), jnp.nan, theta.dtype)
         zero = jnp.zeros((), jnp.int32)
-        carry = (zero, theta, f, theta, l0, zero, jnp.full(iters + 1, nan).at[0].set(l0),
-                 jnp.full(iters, nan), zero, zero)
+        events = event_counts()
+        carry = (zero, theta, f, BestSoFar(theta, l0), zero, jnp.full(iters + 1, nan).at[0].set(l0),
+                 jnp.full(iters, nan), events)
         carry = advance(carry, n_first)
         carry = jax.lax.while_loop(go, lambda c: advance(c, n_rest), carry)
-        i, theta, _, best_theta, best, _, loss, lsq, fallbacks, zeros = carry
+        i, theta, _, best, _, loss, lsq, events = carry
         if adaptive:
-            theta, final = best_theta, best
+            theta, final = best.theta, best.loss
         else:
             final = loss[iters]
-        return theta, StageLog(loss=loss, lsq=lsq, final_loss=final, iterations=i,
-                               fallbacks=fallbacks, zero_steps=zeros)
+        return theta, StageLog(loss=loss, lsq=lsq, final_loss=final, iterations=i, events=events)

@@ -26,30 +26,17 @@ the rest of the code asks of it, so that nothing elsewhere dispatches on its nam
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Float
 
-from teng_eq.config import bad, import_impl, options_from
-
-
-class Quadrature(NamedTuple):
-    """``∫ f ≈ Σₙ wₙ f(xₙ)``: ``points`` (n, dim) and ``weights``, one number when
-    every point has the same weight (a uniform periodic grid), else (n,).
-
-    ``boundary`` (n,) marks the points on a Dirichlet boundary (None: there are
-    none): there a fit's target is the boundary value, not the PDE's.
-    ``grid_shape`` is the tensor-grid layout of ``points`` in 'ij' order (first
-    axis slowest), None for scattered points; plots use it.
-    """
-
-    points: Float[Array, "n dim"]
-    weights: float | Float[Array, " n"]
-    boundary: Bool[Array, " n"] | None = None
-    grid_shape: tuple[int, ...] | None = None
+from teng_eq.errors import bad
+from teng_eq.grid import Quadrature
+from teng_eq.options import import_impl, options_from
+from teng_eq.reference import reference_solution
 
 
 class Equation(eqx.Module):
@@ -75,7 +62,7 @@ class Equation(eqx.Module):
     @classmethod
     def from_config(cls, group: Mapping) -> Equation:
         """The equation of the ``equation`` config group (without its ``impl``);
-        a bad key or value raises a one-line :class:`~teng_eq.config.ConfigError`."""
+        a bad key or value raises a one-line :class:`~teng_eq.errors.ConfigError`."""
         return options_from(cls, group, "equation")
 
     def validate(self, prefix: str) -> None:
@@ -132,8 +119,6 @@ class Equation(eqx.Module):
         """Reference solution at ``times``; its ``values(k, m)`` are u(·, times[k]) at the
         points of :meth:`evaluation` (m). ``n``, ``dt``: the scheme's resolution where
         it has one (None: its default), see :func:`teng_eq.reference.reference_solution`."""
-        from teng_eq.reference import reference_solution
-
         return reference_solution(self, times, cache_dir=cache_dir, n=n, dt=dt)
 
     # --- the PDE --------------------------------------------------------------------
@@ -150,13 +135,18 @@ class Equation(eqx.Module):
         return self.nu * lap_u + self.nonlinear(u, grad_u)
 
 
+#: Keys of an ``equation`` group that are not the equation's fields: its class, and
+#: the sizes it runs at by default on a CPU (``conf/config.yaml`` reads them).
+GROUP_KEYS = ("impl", "cpu")
+
+
 def build_equation(group: Mapping, key: str = "equation") -> Equation:
     """The equation of a composed ``equation`` group: its ``impl`` class built from
-    the other keys (what :class:`~teng_eq.config.RunConfig` does for a run)."""
+    the other keys (:data:`GROUP_KEYS` aside)."""
     if not isinstance(group, Mapping):
         bad(key, group, "must be a config group (a mapping)")
-    rest = dict(group)
-    return import_impl(rest.pop("impl", None), f"{key}.impl").from_config(rest)
+    fields = {k: v for k, v in group.items() if k not in GROUP_KEYS}
+    return import_impl(group.get("impl"), f"{key}.impl").from_config(fields)
 
 
 def derivatives(
@@ -188,3 +178,10 @@ def operator(
 ) -> Float[Array, " n"]:
     """``L[fn]`` at every row of ``points`` (autodiff in x, see :func:`derivatives`)."""
     return equation.rhs(*derivatives(fn, points))
+
+
+def network_operator(equation: Equation, space, theta: Float[Array, " params"],
+                     points: Float[Array, "n dim"]) -> Float[Array, " n"]:
+    """``L[û_θ]`` at ``points``, û_θ the network of ``space`` (a
+    :class:`~teng_eq.model.ParamSpace`) at the flat parameters θ."""
+    return operator(equation, lambda p: space.apply(theta, p), points)

@@ -1,19 +1,28 @@
 """The interface every method implements, TENG and the baselines alike.
 
+A method is named by the ``impl`` key of its ``conf/method/*.yaml``; the other
+keys of that file are its :attr:`Method.Options` (a frozen dataclass that checks
+its own values), so a method receives only the settings it uses, as plain
+values, together with the :class:`Problem` every method solves.
+
 :func:`teng_eq.simulation.run_simulation` drives a :class:`Method` without
 knowing which one it is:
 
-* ``state = method.init(theta0)``: the method's whole state, a pytree of arrays
-  (checkpointed as it is);
-* ``state, info = method.step(state, key)``, ``method.steps`` times, compiled
+* ``method = cls.build(options, problem, cache_dir=…, log=…)``, after
+  ``cls.check(options, problem)`` has refused what the method cannot run;
+* ``state = method.init()``: the method's whole state at the start, a pytree of
+  arrays (checkpointed as it is);
+* ``state, record = method.step(state, key)``, ``method.steps`` times, compiled
   once: a *sequential* method advances one time step Δt; a global-in-time one
   (``sequential = False``, e.g. a PINN) runs one block of its optimisation;
+  ``record`` is a :class:`~teng_eq.results.StepRecord`;
 * ``method.values(state, points, t)``: û(x, t) at ``points``; a sequential
   method's state holds one time, so it ignores ``t``;
 * ``method.network(state)``: the trained network, saved as ``params/theta.eqx``.
 
-The class is named by the ``impl`` key of its ``conf/method/*.yaml``; the other
-keys of that file are its :attr:`Method.Options`.
+:class:`ThetaMethod` is the base of the methods whose state is the flat
+parameter vector θ of the sequential network, started from the shared fitted
+θ₀ (TENG, TDVP, OBTI).
 """
 
 from __future__ import annotations
@@ -22,29 +31,31 @@ import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
-import jax.numpy as jnp
+import jax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from teng_eq.config import bad
+from teng_eq.equations import Equation
+from teng_eq.errors import bad
+from teng_eq.grid import Quadrature
+from teng_eq.initial_fit import FitOptions, FitReport, cached_initial_parameters, resolve_init
+from teng_eq.model import NetworkConfig, ParamSpace, TENGNet, build_network, parameter_count
+from teng_eq.results import StepRecord
 
 
-class StepInfo(eqx.Module):
-    """What one step reports, as device arrays (the driver reads them back).
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What every method solves: ``equation`` from its initial condition at t = 0 to
+    ``t_final``, reported (and, for a sequential method, advanced) in steps of
+    ``dt``; every random key derives from ``seed``."""
 
-    ``losses[s, i]`` is the loss of stage (or block) ``s`` before its iteration
-    ``i``, and the last finite entry of a row the loss after its last
-    iteration; ``lsq[s, i]`` is what iteration ``i`` measured of its own
-    subproblem (TENG: the least-squares residual). Rows are padded with NaN
-    past their end; they become the run's ``tables/losses.csv``.
+    equation: Equation
+    dt: float
+    t_final: float
+    seed: int
 
-    ``scalars`` are per-step metrics logged under their own names
-    (``step_loss`` always; e.g. ``holdout_loss``, ``iterations``); those named
-    in the method's :attr:`Method.events` are also summed over the run.
-    """
-
-    losses: Float[Array, "stages rows"]
-    lsq: Float[Array, "stages rows"]
-    scalars: dict[str, Array]
+    @property
+    def steps(self) -> int:
+        return int(round(self.t_final / self.dt))
 
 
 class Method(eqx.Module):
@@ -52,10 +63,8 @@ class Method(eqx.Module):
 
     #: Steps are time steps (True) or blocks of a global-in-time optimisation (False).
     sequential: ClassVar[bool] = True
-    #: Whether the method starts from the shared fitted θ₀.
-    uses_theta0: ClassVar[bool] = True
-    #: Names of ``StepInfo.scalars`` that count solver events (summed per run).
-    events: ClassVar[tuple[str, ...]] = ()
+    #: What the last column of the loss table (``StepRecord.lsq``) holds, per iteration.
+    inner_measure: ClassVar[str] = "lsq"
 
     @dataclasses.dataclass(frozen=True)
     class Options:
@@ -64,19 +73,27 @@ class Method(eqx.Module):
     steps: int = eqx.field(static=True)
 
     @classmethod
-    def check(cls, cfg) -> None:
-        """Checks of the whole :class:`~teng_eq.config.RunConfig` that only this
-        method needs (e.g. the equations it supports); raise ``ConfigError``."""
+    def check(cls, options, problem: Problem, name: str) -> None:
+        """Checks across ``options`` and the ``problem`` (e.g. the equations the method
+        supports); raise :class:`~teng_eq.errors.ConfigError` (``name``: the method's
+        config name, for the message)."""
 
     @classmethod
-    def build(cls, cfg, problem) -> Method:
-        """The method for ``cfg`` on ``problem`` (a :class:`teng_eq.simulation.Problem`)."""
+    def build(cls, options, problem: Problem, *, cache_dir=None, log=None) -> Method:
+        """The method of ``options`` on ``problem``; ``cache_dir`` and ``log`` for what
+        it prepares on disk (θ₀)."""
         raise NotImplementedError
 
-    def init(self, theta0: Float[Array, " params"] | None) -> PyTree:
+    @classmethod
+    def network_template(cls, options, problem: Problem) -> eqx.Module:
+        """An untrained network of the shape :meth:`network` returns: what a saved
+        ``params/theta.eqx`` is read into."""
         raise NotImplementedError
 
-    def step(self, state: PyTree, key: PRNGKeyArray) -> tuple[PyTree, StepInfo]:
+    def init(self) -> PyTree:
+        raise NotImplementedError
+
+    def step(self, state: PyTree, key: PRNGKeyArray) -> tuple[PyTree, StepRecord]:
         raise NotImplementedError
 
     def values(self, state: PyTree, points: Float[Array, "n dim"], t) -> Float[Array, " n"]:
@@ -85,26 +102,95 @@ class Method(eqx.Module):
     def network(self, state: PyTree) -> eqx.Module:
         raise NotImplementedError
 
-    @classmethod
-    def network_template(cls, cfg) -> eqx.Module:
-        """An untrained network of the shape :meth:`network` returns for ``cfg``: what a
-        saved ``params/theta.eqx`` is read into. Default: the sequential network."""
-        from teng_eq.simulation import build_network
+    def holdout_limits(self):
+        """The :class:`~teng_eq.integrators.Holdout` whose ratios a run is flagged by, or
+        None for a method without a held-out check."""
+        return None
 
-        return build_network(cfg)
-
-
-def stack_rows(rows: list[Array], width: int) -> Float[Array, "stages width"]:
-    """1-D arrays as the rows of one array, NaN-padded to ``width``."""
-    return jnp.stack([jnp.concatenate([r, jnp.full(width - r.shape[0], jnp.nan, r.dtype)]) for r in rows])
+    def fit_report(self) -> FitReport | None:
+        """How θ₀'s fit went, for a method that starts from one."""
+        return None
 
 
-def require_periodic_domain(cfg) -> None:
-    """One-line :class:`~teng_eq.config.ConfigError` where the equation's domain has a
+def require_periodic_domain(problem: Problem, name: str) -> None:
+    """One-line :class:`~teng_eq.errors.ConfigError` where the equation's domain has a
     boundary: the baselines fit the PDE alone, with no boundary rows (TENG has them)."""
-    if cfg.equation.periods is None:
-        bad("equation", cfg.equation.name,
-            f"method {cfg.method.name} needs a periodic domain (it has no boundary term)")
+    if problem.equation.periods is None:
+        bad("equation", problem.equation.name, f"method {name} needs a periodic domain (it has no boundary term)")
 
 
-__all__ = ["Method", "StepInfo", "require_periodic_domain", "stack_rows"]
+@dataclasses.dataclass(frozen=True)
+class ThetaOptions:
+    """What every :class:`ThetaMethod` takes: the quadrature ``grid`` (points per
+    dimension) of its fits, its ``network`` and θ₀'s ``fit``."""
+
+    grid: int
+    network: NetworkConfig
+    fit: FitOptions
+
+    def validate(self, prefix: str) -> None:
+        if self.grid < 8:
+            bad(f"{prefix}.grid", self.grid, "must be an integer >= 8")
+
+
+class ThetaMethod(Method):
+    """A method whose state is θ, the flat parameters of the sequential network
+    (:class:`~teng_eq.model.TENGNet`), started from θ₀ fitted to the initial
+    condition (:mod:`teng_eq.initial_fit`, cached: every such method of a sweep
+    starts from the same θ₀). Subclasses add their fields through :meth:`parts`."""
+
+    Options: ClassVar[type] = ThetaOptions
+
+    space: ParamSpace
+    theta0: Float[Array, " params"]
+    report: FitReport | None = eqx.field(static=True)
+
+    @classmethod
+    def check_subsample(cls, key: str, value: int, options: ThetaOptions, problem: Problem) -> None:
+        """``value`` parameters can be drawn: ``1 <= value <=`` the network's parameter count."""
+        eq = problem.equation
+        n = parameter_count(options.network, eq.dim, eq.periods)
+        if not 1 <= value <= n:
+            bad(key, value, f"must be an integer in [1, {n}] (the parameter count)")
+
+    @classmethod
+    def network_template(cls, options: ThetaOptions, problem: Problem) -> TENGNet:
+        eq = problem.equation
+        init = resolve_init(options.network.init, eq, options.grid)
+        return build_network(options.network, eq.dim, eq.periods, problem.seed, init)
+
+    @classmethod
+    def build(cls, options: ThetaOptions, problem: Problem, *, cache_dir=None, log=None) -> ThetaMethod:
+        """Build the network, fit (or load) θ₀ and the subclass's :meth:`parts`."""
+        eq = problem.equation
+        net = cls.network_template(options, problem)
+        quadrature = eq.quadrature(options.grid)
+        description = dict(**eq.fit_description(), network={**dataclasses.asdict(options.network),
+                                                             "init": net.init},
+                           grid=options.grid, seed=problem.seed, fit=dataclasses.asdict(options.fit))
+        _, key = jax.random.split(jax.random.PRNGKey(problem.seed))
+        theta0, report = cached_initial_parameters(net, eq.u0, quadrature, key=key, fit=options.fit,
+                                                   description=description, directory=cache_dir, log=log)
+        space = ParamSpace(net)
+        return cls(steps=problem.steps, space=space, theta0=theta0, report=report,
+                   **cls.parts(options, problem, space, quadrature))
+
+    @classmethod
+    def parts(cls, options, problem: Problem, space: ParamSpace, quadrature: Quadrature) -> dict:
+        """The subclass's own fields, built on the network ``space`` and the fit ``quadrature``."""
+        return {}
+
+    def init(self) -> Float[Array, " params"]:
+        return self.theta0
+
+    def values(self, state, points, t=None):
+        return self.space.apply(state, points)
+
+    def network(self, state):
+        return self.space.network(state)
+
+    def fit_report(self) -> FitReport | None:
+        return self.report
+
+
+__all__ = ["Method", "Problem", "ThetaMethod", "ThetaOptions", "require_periodic_domain"]

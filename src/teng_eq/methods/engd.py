@@ -29,8 +29,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from teng_eq.config import bad
+from teng_eq.errors import bad
+from teng_eq.initial_fit import check_least_squares
 from teng_eq.lstsq import least_squares
+from teng_eq.methods.base import Problem
 from teng_eq.methods.pinn import PINN, PINNState
 
 
@@ -40,25 +42,28 @@ class PINNENGD(PINN):
     @dataclasses.dataclass(frozen=True)
     class Options(PINN.Options):
         line_search: int  # step sizes 2⁻ᵏ, k = 0 … line_search−1, tried each iteration (paper: 31)
+        solver: str  # least squares of G⁺∇L (teng_eq.lstsq)
+        damping: float
 
         def validate(self, prefix: str) -> None:
             PINN.Options.validate(self, prefix)
             if self.line_search < 1:
                 bad(f"{prefix}.line_search", self.line_search, "must be an integer >= 1")
+            check_least_squares(prefix, self.solver, self.damping)
 
     solver: str = eqx.field(static=True)
     damping: float = eqx.field(static=True)
 
     @classmethod
-    def check(cls, cfg) -> None:
-        super().check(cfg)
-        if not cfg.equation.linear:
-            bad("equation", cfg.equation.name,
-                f"method {cfg.method.name} runs only linear equations (the paper's heat equations)")
+    def check(cls, options, problem: Problem, name: str) -> None:
+        super().check(options, problem, name)
+        if not problem.equation.linear:
+            bad("equation", problem.equation.name,
+                f"method {name} runs only linear equations (the paper's heat equations)")
 
     @classmethod
-    def optimizer_fields(cls, cfg) -> dict:
-        return {"solver": cfg.solver, "damping": cfg.damping}
+    def optimizer_fields(cls, options) -> dict:
+        return {"solver": options.solver, "damping": options.damping}
 
     def direction(self, theta: Float[Array, " params"]) -> tuple[Float[Array, " params"], Float[Array, ""]]:
         """The natural gradient ``d = G⁺∇L`` at θ and the least-squares residual ``‖J d − 2ρ‖₂²``."""

@@ -30,13 +30,15 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from teng_eq.config import bad
-from teng_eq.equations import Equation, operator
-from teng_eq.methods.base import Method, StepInfo, require_periodic_domain
-from teng_eq.model import ParamSpace
+from teng_eq.equations import Equation, network_operator
+from teng_eq.errors import bad
+from teng_eq.grid import norm2
+from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions, require_periodic_domain
+from teng_eq.options import at_least
+from teng_eq.results import StepRecord
 
 
-class OBTI(Method):
+class OBTI(ThetaMethod):
     """Euler OBTI with the optimiser of :meth:`optimizer` (a subclass's choice).
 
     Per step: ``losses[0, i]`` is the loss before iteration i and ``losses[0, -1]``
@@ -44,11 +46,11 @@ class OBTI(Method):
     before iteration i.
     """
 
+    inner_measure = "grad_norm"
     #: Whether the optimiser's state carries the loss and gradient at the current
     #: iterate (a line search computed them), so that they need not be recomputed.
     reuses_line_search: ClassVar[bool] = False
 
-    space: ParamSpace
     points: Float[Array, "n dim"]
     equation: Equation
     weights: Float[Array, ""] | Float[Array, " n"]
@@ -56,14 +58,13 @@ class OBTI(Method):
     options: object = eqx.field(static=True)  # the subclass's Options
 
     @classmethod
-    def check(cls, cfg) -> None:
-        require_periodic_domain(cfg)
+    def check(cls, options, problem: Problem, name: str) -> None:
+        require_periodic_domain(problem, name)
 
     @classmethod
-    def build(cls, cfg, problem) -> OBTI:
-        return cls(steps=cfg.n_steps, space=problem.space, points=problem.quadrature.points,
-                   equation=problem.equation, weights=jnp.asarray(problem.quadrature.weights), dt=cfg.dt,
-                   options=cfg.method.options)
+    def parts(cls, options, problem, space, quadrature) -> dict:
+        return {"points": quadrature.points, "equation": problem.equation,
+                "weights": jnp.asarray(quadrature.weights), "dt": problem.dt, "options": options}
 
     def optimizer(self) -> optax.GradientTransformationExtraArgs:
         raise NotImplementedError
@@ -71,7 +72,7 @@ class OBTI(Method):
     def target(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
         """``û_θ + Δt L[û_θ]`` on the grid."""
         u = self.space.apply(theta, self.points)
-        return u + self.dt * operator(self.equation, lambda p: self.space.apply(theta, p), self.points)
+        return u + self.dt * network_operator(self.equation, self.space, theta, self.points)
 
     def fit(
         self, theta: Float[Array, " params"], target: Float[Array, " n"]
@@ -80,8 +81,7 @@ class OBTI(Method):
         before each iteration and after the last, and ``‖∇L‖₂`` before each."""
 
         def loss(th):
-            r = self.space.apply(th, self.points) - target
-            return jnp.sum(self.weights * r * r)
+            return norm2(self.space.apply(th, self.points) - target, self.weights)
 
         opt = optax.with_extra_args_support(self.optimizer())
         value_and_grad = (optax.value_and_grad_from_state(loss) if self.reuses_line_search
@@ -97,22 +97,12 @@ class OBTI(Method):
                                                     length=self.options.iterations)
         return theta, jnp.concatenate([values, loss(theta)[None]]), gnorms
 
-    def init(self, theta0: Float[Array, " params"]) -> Float[Array, " params"]:
-        return theta0
-
     def step(
         self, state: Float[Array, " params"], key: PRNGKeyArray
-    ) -> tuple[Float[Array, " params"], StepInfo]:
+    ) -> tuple[Float[Array, " params"], StepRecord]:
         theta, losses, gnorms = self.fit(state, self.target(state))
-        info = StepInfo(losses=losses[None], lsq=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
-                        scalars={"step_loss": losses[-1]})
-        return theta, info
-
-    def values(self, state, points, t=None):
-        return self.space.apply(state, points)
-
-    def network(self, state):
-        return self.space.network(state)
+        return theta, StepRecord(losses=losses[None], lsq=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
+                                 metrics={"step_loss": losses[-1]})
 
 
 class OBTIAdam(OBTI):
@@ -121,14 +111,14 @@ class OBTIAdam(OBTI):
     (paper: 300 iterations, 1e-5, decay ½), ``lr_i = learning_rate · decay^(i/iterations)``."""
 
     @dataclasses.dataclass(frozen=True)
-    class Options:
+    class Options(ThetaOptions):
         iterations: int  # Adam iterations per time step (paper: 300)
         learning_rate: float  # initial learning rate (paper: 1e-5)
         decay: float  # factor by which the learning rate decays over a step (paper: 0.5)
 
         def validate(self, prefix: str) -> None:
-            if self.iterations < 1:
-                bad(f"{prefix}.iterations", self.iterations, "must be an integer >= 1")
+            ThetaOptions.validate(self, prefix)
+            at_least(prefix, self, 1, "iterations")
             if not self.learning_rate > 0:
                 bad(f"{prefix}.learning_rate", self.learning_rate, "must be > 0")
             if not 0 < self.decay <= 1:
@@ -148,14 +138,13 @@ class OBTILBFGS(OBTI):
     reuses_line_search = True
 
     @dataclasses.dataclass(frozen=True)
-    class Options:
+    class Options(ThetaOptions):
         iterations: int  # L-BFGS iterations per time step (paper: 150)
         memory: int  # curvature pairs kept
 
         def validate(self, prefix: str) -> None:
-            for key in ("iterations", "memory"):
-                if getattr(self, key) < 1:
-                    bad(f"{prefix}.{key}", getattr(self, key), "must be an integer >= 1")
+            ThetaOptions.validate(self, prefix)
+            at_least(prefix, self, 1, "iterations", "memory")
 
     def optimizer(self):
         return optax.lbfgs(memory_size=self.options.memory)

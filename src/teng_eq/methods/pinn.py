@@ -35,10 +35,12 @@ import optimistix as optx
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 from scipy.stats import qmc
 
-from teng_eq.config import bad
 from teng_eq.equations import Equation, operator
-from teng_eq.methods.base import Method, StepInfo, require_periodic_domain
+from teng_eq.errors import bad
+from teng_eq.methods.base import Method, Problem, require_periodic_domain
 from teng_eq.model import ParamSpace, PeriodicEmbedding
+from teng_eq.options import at_least
+from teng_eq.results import StepRecord
 
 
 class SpaceTimeNet(eqx.Module):
@@ -91,7 +93,6 @@ class PINN(Method):
     (:meth:`init_optimizer`, :meth:`iteration`)."""
 
     sequential = False
-    uses_theta0 = False
 
     @dataclasses.dataclass(frozen=True)
     class Options:
@@ -104,9 +105,8 @@ class PINN(Method):
         block: int  # iterations per method step (progress, step_loss, checkpoints)
 
         def validate(self, prefix: str) -> None:
-            for key in ("features", "width", "layers", "collocation", "initial", "iterations", "block"):
-                if getattr(self, key) < 1:
-                    bad(f"{prefix}.{key}", getattr(self, key), "must be an integer >= 1")
+            at_least(prefix, self, 1, "features", "width", "layers", "collocation", "initial", "iterations",
+                     "block")
             if self.iterations % self.block:
                 bad(f"{prefix}.iterations", self.iterations,
                     f"must be a whole number of blocks of {prefix}.block={self.block}")
@@ -122,36 +122,35 @@ class PINN(Method):
     options: object = eqx.field(static=True)
 
     @classmethod
-    def check(cls, cfg) -> None:
-        require_periodic_domain(cfg)
+    def check(cls, options, problem: Problem, name: str) -> None:
+        require_periodic_domain(problem, name)
 
     @classmethod
-    def network_template(cls, cfg) -> SpaceTimeNet:
-        """The untrained space-time network of ``cfg`` (initialised from ``seed``)."""
-        opts, equation = cfg.method.options, cfg.equation
-        key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 2)
-        return SpaceTimeNet(equation.dim, opts.features, opts.width, opts.layers, equation.lengths, key=key)
+    def network_template(cls, options, problem: Problem) -> SpaceTimeNet:
+        """The untrained space-time network (initialised from ``seed``)."""
+        key = jax.random.fold_in(jax.random.PRNGKey(problem.seed), 2)
+        eq = problem.equation
+        return SpaceTimeNet(eq.dim, options.features, options.width, options.layers, eq.lengths, key=key)
 
     @classmethod
-    def build(cls, cfg, problem) -> PINN:
-        opts, equation = cfg.method.options, problem.equation
-        net = cls.network_template(cfg)
+    def build(cls, options, problem: Problem, *, cache_dir=None, log=None) -> PINN:
+        equation = problem.equation
+        net = cls.network_template(options, problem)
         space = ParamSpace(net)
-        scale = np.asarray(list(equation.lengths) + [cfg.t_final])
-        halton = qmc.Halton(d=equation.dim + 1, scramble=True, seed=cfg.seed)
-        interior = jnp.asarray(halton.random(opts.collocation) * scale)
-        quadrature = equation.quadrature(opts.initial)
+        scale = np.asarray(list(equation.lengths) + [problem.t_final])
+        halton = qmc.Halton(d=equation.dim + 1, scramble=True, seed=problem.seed)
+        interior = jnp.asarray(halton.random(options.collocation) * scale)
+        quadrature = equation.quadrature(options.initial)
         points = quadrature.points
-        u0 = jax.vmap(equation.u0)(points)
-        return cls(steps=opts.iterations // opts.block, space=space, equation=equation,
+        return cls(steps=options.iterations // options.block, space=space, equation=equation,
                    theta_init=space.flatten(net), interior=interior,
-                   interior_weight=float(np.prod(scale)) / opts.collocation, initial=points,
-                   initial_weights=jnp.asarray(quadrature.weights), u0=u0, options=opts,
-                   **cls.optimizer_fields(cfg))
+                   interior_weight=float(np.prod(scale)) / options.collocation, initial=points,
+                   initial_weights=jnp.asarray(quadrature.weights), u0=jax.vmap(equation.u0)(points),
+                   options=options, **cls.optimizer_fields(options))
 
     @classmethod
-    def optimizer_fields(cls, cfg) -> dict:
-        """Values of a subclass's own fields, from ``cfg``."""
+    def optimizer_fields(cls, options) -> dict:
+        """Values of a subclass's own fields, from its ``options``."""
         return {}
 
     # -- the loss ---------------------------------------------------------------------------
@@ -199,11 +198,11 @@ class PINN(Method):
         """One optimiser iteration: the new state and what it measured (``lsq``)."""
         raise NotImplementedError
 
-    def init(self, theta0=None) -> PINNState:
+    def init(self) -> PINNState:
         theta = self.theta_init
         return PINNState(theta=theta, loss=self.loss(theta), optimizer=self.init_optimizer(theta))
 
-    def step(self, state: PINNState, key: PRNGKeyArray) -> tuple[PINNState, StepInfo]:
+    def step(self, state: PINNState, key: PRNGKeyArray) -> tuple[PINNState, StepRecord]:
         def body(s, _):
             new, measured = self.iteration(s)
             return new, (s.loss, measured)
@@ -211,7 +210,7 @@ class PINN(Method):
         state, (before, measured) = jax.lax.scan(body, state, length=self.options.block)
         losses = jnp.concatenate([before, state.loss[None]])
         lsq = jnp.concatenate([measured, jnp.full(1, jnp.nan)])
-        return state, StepInfo(losses=losses[None], lsq=lsq[None], scalars={"step_loss": state.loss})
+        return state, StepRecord(losses=losses[None], lsq=lsq[None], metrics={"step_loss": state.loss})
 
     def values(self, state: PINNState, points: Float[Array, "n dim"], t) -> Float[Array, " n"]:
         times = jnp.full((points.shape[0], 1), t, dtype=points.dtype)
@@ -232,6 +231,8 @@ class PINNBFGS(PINN):
     Memory: the inverse Hessian is a dense ``P × P`` float64 matrix, 8P² bytes (for
     the paper's network in 2-D, P = 2,873: 66 MB).
     """
+
+    inner_measure = "grad_norm"
 
     @property
     def solver(self) -> optx.BFGS:

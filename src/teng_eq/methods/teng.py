@@ -1,76 +1,84 @@
 """TENG as a :class:`~teng_eq.methods.base.Method`: each time step is a TENG
 integrator step (:class:`teng_eq.integrators.TENGStep`), every stage a fit by
-repeated projected least squares (:class:`teng_eq.stepper.Stepper`).
+repeated projected least squares (:class:`teng_eq.stepper.StageSolver`).
 
-Per-step scalars: ``step_loss`` (the final fit's loss on the quadrature nodes),
+Per-step metrics: ``step_loss`` (the final fit's loss on the quadrature nodes),
 ``holdout_loss`` and ``holdout_ratio`` (the same fit on held-out points, see
 :mod:`teng_eq.integrators`), ``iterations`` (all stages), and the solver events
-``fallbacks`` and ``zero_steps``."""
+``fallbacks`` and ``zero_steps`` (:data:`teng_eq.results.EVENTS`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
+import equinox as eqx
+
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from teng_eq.config import bad
-from teng_eq.integrators import INTEGRATORS, TENGStep
-from teng_eq.methods.base import Method, StepInfo, stack_rows
-from teng_eq.model import ParamSpace
-from teng_eq.stepper import Stepper
+from teng_eq.errors import bad
+from teng_eq.initial_fit import check_least_squares
+from teng_eq.integrators import TABLEAUS, Holdout, TENGStep
+from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions
+from teng_eq.options import at_least
+from teng_eq.results import StepRecord
+from teng_eq.stepper import StageSolver, Stopping
 
 
-class TENG(Method):
-    """TENG-Euler, -Heun or -RK4 (``method.integrator``), paper Algorithms
-    ``TENG_Euler`` / ``TENG_Heun`` and the RK4 tableau of :mod:`teng_eq.integrators`."""
+class TENG(ThetaMethod):
+    """TENG-Euler, -Heun or -RK4 (``integrator``), paper Algorithms ``TENG_Euler`` /
+    ``TENG_Heun`` and the RK4 tableau of :mod:`teng_eq.integrators`."""
 
     @dataclasses.dataclass(frozen=True)
-    class Options:
+    class Options(ThetaOptions):
+        """TENG's settings (``conf/method/teng_*.yaml``; the top-level keys of the same
+        names feed them): the ``integrator``, the iteration caps of a step's first
+        stage and of the others, the parameters drawn on a step's first iteration and
+        on the others, the least squares, the stopping policy and the held-out check."""
+
         integrator: str
+        iters: int
+        iters_later: int
+        subsample_first: int
+        subsample: int
+        solver: str
+        damping: float
+        stopping: Stopping
+        holdout: Holdout
 
         def validate(self, prefix: str) -> None:
-            if self.integrator not in INTEGRATORS:
-                bad(f"{prefix}.integrator", self.integrator, f"unknown, choose one of {sorted(INTEGRATORS)}")
+            ThetaOptions.validate(self, prefix)
+            if self.integrator not in TABLEAUS:
+                bad(f"{prefix}.integrator", self.integrator, f"unknown, choose one of {sorted(TABLEAUS)}")
+            at_least(prefix, self, 1, "iters", "iters_later")
+            check_least_squares(prefix, self.solver, self.damping)
+            if self.holdout.grid is not None and self.grid % self.holdout.grid:
+                bad(f"{prefix}.holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
+            if self.stopping.min_iters > min(self.iters, self.iters_later):
+                bad(f"{prefix}.stopping.min_iters", self.stopping.min_iters,
+                    f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
 
-    #: Solver events, per step and summed over the run: Cholesky solves redone by
-    #: QR, and non-finite updates replaced by no update.
-    events = ("fallbacks", "zero_steps")
-
-    space: ParamSpace
-    step_fn: TENGStep
+    advance: TENGStep
+    holdout: Holdout = eqx.field(static=True)
 
     @classmethod
-    def build(cls, cfg, problem) -> TENG:
-        stepper = Stepper(problem.space, problem.quadrature.points, problem.quadrature.weights,
-                          cfg.solver, cfg.damping, cfg.stopping)
-        step_fn = TENGStep(
-            integrator=INTEGRATORS[cfg.method.options.integrator], stepper=stepper,
-            equation=problem.equation, dt=cfg.dt, iters=cfg.iters, iters_later=cfg.iters_later,
-            subsample_first=cfg.subsample_first, subsample=cfg.subsample,
-            holdout=problem.holdout.points, holdout_weight=problem.holdout.weights,
-            boundary=problem.quadrature.boundary, holdout_boundary=problem.holdout.boundary,
+    def check(cls, options: Options, problem: Problem, name: str) -> None:
+        for key in ("subsample_first", "subsample"):
+            cls.check_subsample(f"method.{key}", getattr(options, key), options, problem)
+
+    @classmethod
+    def parts(cls, options: Options, problem, space, quadrature) -> dict:
+        eq = problem.equation
+        solver = StageSolver(space, quadrature, options.solver, options.damping, options.stopping)
+        advance = TENGStep(
+            tableau=TABLEAUS[options.integrator], solver=solver, equation=eq, dt=problem.dt,
+            iters=options.iters, iters_later=options.iters_later, subsample_first=options.subsample_first,
+            subsample=options.subsample, boundary=quadrature.boundary,
+            holdout=eq.holdout(options.grid, options.holdout.points(options.grid)),
         )
-        return cls(steps=cfg.n_steps, space=problem.space, step_fn=step_fn)
+        return {"advance": advance, "holdout": options.holdout}
 
-    def init(self, theta0: Float[Array, " params"]) -> Float[Array, " params"]:
-        return theta0
+    def step(self, state: Float[Array, " params"], key: PRNGKeyArray) -> tuple[Float[Array, " params"], StepRecord]:
+        return self.advance(state, key)
 
-    def step(self, state: Float[Array, " params"], key: PRNGKeyArray) -> tuple[Float[Array, " params"], StepInfo]:
-        theta, log = self.step_fn(state, key)
-        width = max(stage.loss.shape[0] for stage in log.stages)
-        lsq = [jnp.concatenate([stage.lsq, jnp.full(1, jnp.nan)]) for stage in log.stages]
-        info = StepInfo(
-            losses=stack_rows([stage.loss for stage in log.stages], width),
-            lsq=stack_rows(lsq, width),
-            scalars={"step_loss": log.loss, "holdout_loss": log.holdout_loss,
-                     "holdout_ratio": log.holdout_ratio, "iterations": log.iterations,
-                     "fallbacks": log.fallbacks, "zero_steps": log.zero_steps},
-        )
-        return theta, info
-
-    def values(self, state, points, t=None):
-        return self.space.apply(state, points)
-
-    def network(self, state):
-        return self.space.network(state)
+    def holdout_limits(self) -> Holdout:
+        return self.holdout

@@ -93,13 +93,6 @@ class FourierSolution:
         'ij' order), flattened."""
         return self.at(k, m).ravel()
 
-    def on_grid(self, m: int) -> np.ndarray:
-        """u at every time on the m^d grid, shape (n_t, m, …, m); see :meth:`at`."""
-        out = np.empty((len(self.times),) + (m,) * len(self.shape))
-        for k in range(len(self.times)):
-            out[k] = self.at(k, m)
-        return out
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SpectralSolution(FourierSolution):

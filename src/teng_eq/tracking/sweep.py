@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from teng_eq.cache import digest
-from teng_eq.config import BOOKKEEPING
+from teng_eq.options import BOOKKEEPING
 from teng_eq.tracking.store import (
     all_experiment_ids,
     artifact_root_for,

@@ -1,0 +1,60 @@
+"""What can go wrong, at the bottom of the library: every other module raises these.
+
+* :class:`ConfigError` — a configuration value is invalid (before any compute);
+  :func:`bad` raises it with the one line every bad key gets;
+* :class:`RunFailed` — a run that computed but must not count (its MLflow run ends
+  FAILED with the reason and :attr:`RunFailed.tags`), with :class:`Diverged` and
+  :class:`Overfit`.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key. Raised by
+    :func:`bad`, it also holds ``key``, ``value`` and ``why`` (so that the config
+    layer can name a key by what the user typed, :meth:`renamed`)."""
+
+    def __init__(self, message: str, key: str | None = None, value=None, why: str = ""):
+        super().__init__(message)
+        self.key, self.value, self.why = key, value, why
+
+    def renamed(self, key: str) -> ConfigError:
+        """The same error about ``key``."""
+        return ConfigError(f"invalid config: {key}={self.value!r}: {self.why}", key, self.value, self.why)
+
+
+def bad(key: str, value, why: str):
+    """Raise the one-line :class:`ConfigError` for ``key=value``."""
+    raise ConfigError(f"invalid config: {key}={value!r}: {why}", key, value, why)
+
+
+class RunFailed(RuntimeError):
+    """A run that computed but must not count: its MLflow run ends FAILED with the
+    reason and :attr:`tags`; the other jobs of a sweep go on."""
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {}
+
+
+class Diverged(RunFailed, FloatingPointError):
+    """A run stopped at ``step`` because a value was non-finite or its loss blew up;
+    ``last_good_step`` is the step before it."""
+
+    def __init__(self, message: str, step: int, last_good_step: int):
+        super().__init__(message)
+        self.step, self.last_good_step = step, last_good_step
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"diverged_at_step": str(self.step), "last_good_step": str(self.last_good_step)}
+
+
+class Overfit(RunFailed):
+    """A finished run whose fits overfit the quadrature nodes: some step's held-out
+    loss exceeds its training loss more than ``holdout.fail`` times."""
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {"holdout_flag": "fail"}

@@ -1,0 +1,225 @@
+"""One job of ``pipeline/sweep.py``: a validated config run in its MLflow run.
+
+:func:`run_job` checks the composed config (:func:`teng_eq.preflight.validate_job`),
+opens the job's run (a new one, or its configuration's unfinished run resumed
+from its checkpoint; a finished configuration is skipped), runs
+:func:`teng_eq.simulation.run_simulation` with a progress bar and a per-step
+callback that logs every metric, and logs the end-of-run metrics, tags and
+artifacts. Hydra stays in the entry script, which hands over the composed
+config and a :class:`JobContext`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from teng_eq.cache import digest
+from teng_eq.checkpoint import CheckpointStore, save_network
+from teng_eq.errors import ConfigError, Overfit, RunFailed
+from teng_eq.options import BOOKKEEPING
+from teng_eq.preflight import Job, validate_job
+from teng_eq.simulation import RunResult, run_simulation
+from teng_eq.tracking import (
+    PARENT_RUN_ENV,
+    RunInProgress,
+    RunLogger,
+    artifact_root_for,
+    device_description,
+    flatten,
+    git_state,
+    tracked_run,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobContext:
+    """Where Hydra runs the job: the repo ``root`` (``conf/``'s parent: the default
+    store), its command-line ``overrides``, its number in a multirun (None for a
+    single run) and its output folder (with Hydra's ``.hydra/``)."""
+
+    root: Path
+    overrides: tuple[str, ...]
+    job_num: int | None
+    output_dir: Path
+
+    @property
+    def multirun(self) -> bool:
+        return self.job_num is not None
+
+
+def spread(n: int, parts: int, first: int = 1) -> list[int]:
+    """Up to ``parts`` steps spread evenly over ``first..n``."""
+    return sorted({max(first, round(n * i / parts)) for i in range(first, parts + 1)})
+
+
+def config_hash(resolved: dict) -> str:
+    """The numerics of a job's resolved config (bookkeeping keys aside), hashed:
+    what a resumed or skipped job is matched on."""
+    return digest({k: v for k, v in resolved.items() if k not in BOOKKEEPING})[:16]
+
+
+def main(cfg: DictConfig, context: JobContext) -> float:
+    """The job (the body of ``pipeline/sweep.py``'s Hydra main): its global error.
+
+    A bad config exits with one line. A failed run (diverged, overfit) exits with
+    its reason in a single job; in a multirun its MLflow run is FAILED with the
+    reason and the other jobs go on (the sweep's parent reports it)."""
+    job_start = time.perf_counter()
+    # matplotlib (~1 s to import) loads beside θ₀ and compilation, not after the run.
+    threading.Thread(target=importlib.import_module, args=("teng_eq.plots",), daemon=True).start()
+    try:
+        job = validate_job(cfg, root=context.root, overrides=context.overrides)
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
+    try:
+        return run_job(cfg, job, context, job_start)
+    except RunFailed as err:
+        if not context.multirun:
+            sys.exit(f"error: {err}")
+        log.error("job %s FAILED: %s", context.job_num, err)
+        return float("nan")
+    except RunInProgress as err:
+        if not context.multirun:
+            sys.exit(f"error: {err}")
+        raise
+
+
+def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) -> float:
+    """One job in its MLflow run (see the module docstring)."""
+    run_cfg, opts = job.run, job.options
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
+    chash = config_hash(resolved)
+    commit, dirty = git_state(context.root)
+    tags = {"run_kind": "job", "method": cfg.method.name, "equation": cfg.equation.name,
+            "hydra_overrides": " ".join(context.overrides), "config_hash": chash, "git_commit": commit,
+            "git_dirty": str(dirty), "device": device_description(), "jax_version": jax.__version__}
+    if context.multirun:
+        tags["job_num"] = str(context.job_num)
+    with tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=tags,
+                     artifact_root=artifact_root_for(job.tracking_uri, context.root),
+                     parent_run_id=os.environ.get(PARENT_RUN_ENV) if context.multirun else None,
+                     config_hash=chash, resume=opts.resume) as run:
+        if run.outcome == "skipped":
+            done = run.previous
+            log.info("skipped: config_hash=%s is FINISHED as run %s (resume=false runs it again)",
+                     chash, done.info.run_id)
+            return float(done.data.metrics.get("global_rel_l2", float("nan")))
+        checkpoints = CheckpointStore.for_run(chash, run.run_id, directory=opts.cache_dir)
+        run.params({**flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
+        bar = tqdm(total=run_cfg.n_steps, disable=not opts.progress, desc=name, file=sys.stderr)
+
+        def on_step(rec):
+            if rec.step == 1:
+                bar.reset(total=rec.of)  # the θ₀ fit before the first step must not count in the rate
+            with run.timed():
+                for key, value in rec.metrics.items():
+                    run.metric(key, value, rec.step)
+                if rec.step == 1 or rec.step % 100 == 0 or rec.step % opts.checkpoint_every == 0:
+                    run.flush()  # the run shows up in `mlflow ui` from the first step
+            if rec.step > 0:
+                shown = {k: rec.metrics[k] for k in ("rel_l2", "step_loss") if k in rec.metrics}
+                bar.set_postfix_str(" ".join(f"{k}={v:.2e}" for k, v in shown.items()))
+                bar.update()
+
+        result = run_simulation(run_cfg, on_step=on_step, cache_dir=opts.cache_dir,
+                                snapshot_steps=spread(run_cfg.n_steps, 3, first=0),
+                                log=lambda msg: bar.write(msg) if opts.progress else None,
+                                checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
+                                divergence_factor=opts.divergence_factor)
+        bar.close()
+        log_result(run, result, name)
+        log_artifacts(run, cfg, run_cfg, result, name, context.output_dir)
+        run.flush()
+        # Tracking overhead: every MLflow call and plot of this job, against its wall time.
+        job_s = time.perf_counter() - job_start
+        run.metric("tracking_s", run.seconds)
+        run.metric("job_s", job_s)
+        run.metric("tracking_fraction", run.seconds / job_s)
+        if result.holdout_flag == "fail":
+            # Everything is logged; raising ends the run FAILED (tracked_run).
+            raise Overfit(f"{name}: held-out loss exceeds the training loss more than "
+                          f"holdout.fail={result.holdout.fail:g} times: the fits overfit the quadrature nodes")
+    checkpoints.clear()  # the run is FINISHED: nothing left to resume
+    return result.global_rel_l2
+
+
+def log_result(run: RunLogger, result: RunResult, name: str) -> None:
+    """The end-of-run metrics and tags; what went wrong without failing the run
+    (solver events, the held-out check's warning, θ₀ above its tolerance) is also
+    printed at the end."""
+    if not result.sequential:  # a global-in-time method's error curve exists only now
+        run.curve("rel_l2", range(len(result.rel_l2)), result.rel_l2)
+    for key in ("global_rel_l2", "runtime_s", "eval_s", "compile_s", "reference_s", "checkpoint_s"):
+        run.metric(key, getattr(result, key))
+    run.metric("final_rel_l2", result.rel_l2[-1])
+    for key, count in result.events.items():
+        run.metric(f"{key}_total", count)
+    if result.resumed_from:
+        run.tags({"resumed_from_step": result.resumed_from})
+    fit = result.fit_report
+    if fit is not None:
+        run.metric("fit_s", fit.seconds)
+        run.tags({"theta0_cached": fit.cached, "theta0_loss": f"{fit.stage2_loss:.3e}",
+                  "theta0_converged": fit.converged})
+    ratios = result.metrics.get("holdout_ratio")
+    if ratios is not None:
+        run.metric("holdout_ratio_max", float(np.nanmax(ratios)))
+        run.tags({"holdout_flag": result.holdout_flag})
+    if "iterations" in result.metrics:
+        run.metric("iterations_mean", float(np.mean(result.metrics["iterations"])))
+    warn = []
+    if any(result.events.values()):
+        warn.append("solver events: " + ", ".join(f"{k}={v}" for k, v in result.events.items()))
+    if result.holdout_flag != "ok":
+        warn.append(f"held-out check: {result.holdout_flag} (max held-out/training loss ratio "
+                    f"{np.nanmax(ratios):.3g}; holdout.warn={result.holdout.warn:g}, "
+                    f"holdout.fail={result.holdout.fail:g}): the fits may overfit the quadrature nodes")
+    if fit is not None and not fit.converged:
+        warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
+    for msg in warn:
+        print(f"warning: {name}: {msg}", file=sys.stderr)
+
+
+def log_artifacts(run: RunLogger, cfg: DictConfig, run_cfg, result: RunResult, name: str,
+                  output_dir: Path) -> None:
+    """Config (resolved, and Hydra's .hydra/), plots, the per-iteration loss table, θ."""
+    plots = importlib.import_module("teng_eq.plots")  # loaded in the background at the job's start
+    with tempfile.TemporaryDirectory() as tmp, run.timed():
+        tmp = Path(tmp)
+        (tmp / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        run.artifact(tmp / "config.yaml", "config")
+        if (output_dir / ".hydra").is_dir():
+            run.artifact(output_dir / ".hydra", "config/.hydra")
+        table = result.loss_table()
+        np.savetxt(tmp / "losses.csv", table, delimiter=",",
+                   header=f"step,t,stage,iteration,loss,{result.inner_measure}", comments="",
+                   fmt=["%d", "%.10g", "%d", "%d", "%.17g", "%.17g"])
+        run.artifact(tmp / "losses.csv", "tables")
+        run.artifact(save_network(tmp / "theta.eqx", result.network), "params")
+        step_times = result.times[1:] if result.sequential else np.arange(1, len(result.step_loss) + 1)
+        plots.error_curve(tmp / "error.png", result.times, result.rel_l2, result.step_loss, title=name,
+                          step_times=step_times)
+        plots.loss_iterations(tmp / "loss_iterations.png", table, spread(len(result.step_loss), 5),
+                              result.step_loss, step_times, title=name)
+        for png in ("error.png", "loss_iterations.png"):
+            run.artifact(tmp / png, "plots")
+        if result.snapshots:
+            plots.density(tmp / "density.png", result.snapshots, result.times,
+                          run_cfg.equation.evaluation(run_cfg.eval_grid), title=name)
+            run.artifact(tmp / "density.png", "plots")

@@ -1,0 +1,107 @@
+"""Config groups as validated, frozen dataclasses: the helpers every module that
+owns settings uses (an equation's fields, a method's ``Options``, the network,
+θ₀'s fit, …), so that each owner declares and checks its own keys.
+
+Nothing here imports JAX: the sweep callback and ``analyze.py`` read
+:data:`BOOKKEEPING` without loading the numerics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import typing
+from collections.abc import Mapping
+
+from teng_eq.errors import bad
+
+#: Top-level keys that say where results go and how a job is run, not what it
+#: computes: left out of a run's ``config_hash`` (so a resumed or re-checkpointed
+#: run is the same run) and never an axis of comparison between runs.
+BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress",
+                         "checkpoint_every", "resume", "divergence_factor"})
+
+
+def import_impl(path: str, key: str) -> type:
+    """The class ``module:Class`` named by config key ``key`` (e.g. ``method.impl``)."""
+    if not isinstance(path, str) or ":" not in path:
+        bad(key, path, "must name a class as 'package.module:Class'")
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        bad(key, path, f"cannot import it ({type(err).__name__})")
+
+
+def options_from(cls: type, mapping: Mapping, prefix: str):
+    """The frozen dataclass ``cls`` built from ``mapping``: unknown keys, missing
+    keys and values of the wrong type are :class:`~teng_eq.errors.ConfigError` s
+    named ``<prefix>.<key>``; a field whose type is itself a dataclass is built
+    from its sub-mapping the same way; ``cls.validate(prefix)`` (if any) checks
+    the values."""
+    if not isinstance(mapping, Mapping):
+        bad(prefix, mapping, "must be a config group (a mapping)")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+
+    def named(key: str) -> str:
+        return f"{prefix}.{key}" if prefix else key
+
+    for key in mapping:
+        if key not in fields:
+            bad(named(key), mapping[key], f"unknown key; known: {sorted(fields)}")
+    kw = {}
+    for name, field in fields.items():
+        if name not in mapping:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                bad(named(name), None, "missing")
+            continue
+        kw[name] = typed(mapping[name], hints[name], named(name))
+    obj = cls(**kw)
+    if hasattr(obj, "validate"):
+        obj.validate(prefix)
+    return obj
+
+
+def typed(value, tp, key: str):
+    """``value`` checked against a simple type (``int``, ``float``, ``bool``, ``str``,
+    ``tuple[float, ...]``, an options dataclass, any of them ``| None``)."""
+    args = typing.get_args(tp)
+    optional = type(None) in args
+    if optional:
+        tp = next(a for a in args if a is not type(None))
+    if value is None:
+        if optional:
+            return None
+        bad(key, value, f"must be {getattr(tp, '__name__', tp)}")
+    if dataclasses.is_dataclass(tp):
+        return options_from(tp, value, key)
+    if tp is bool:
+        if not isinstance(value, bool):
+            bad(key, value, "must be true or false")
+    elif tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            bad(key, value, "must be an integer")
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            bad(key, value, "must be a number")
+        value = float(value)
+    elif tp is str:
+        if not isinstance(value, str):
+            bad(key, value, "must be a string")
+    elif typing.get_origin(tp) is tuple:
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+        ):
+            bad(key, value, "must be a list of numbers")
+        value = tuple(float(v) for v in value)
+    return value
+
+
+def at_least(prefix: str, obj, minimum, *keys: str) -> None:
+    """Each of ``obj``'s ``keys`` is ``>= minimum`` (the commonest value check)."""
+    for key in keys:
+        value = getattr(obj, key)
+        if value < minimum:
+            bad(f"{prefix}.{key}" if prefix else key, value,
+                f"must be {'an integer ' if isinstance(minimum, int) else ''}>= {minimum}")

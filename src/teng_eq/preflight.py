@@ -1,0 +1,223 @@
+"""Every job of a command line checked before anything runs.
+
+``pipeline/sweep.py`` calls :func:`preflight` before Hydra starts: it composes
+``conf/`` for each job of the command line (with ``-m``, each point of the
+sweep, a preset's own sweep included) through Hydra's compose API and checks it
+with :func:`validate_job`, so that a bad value stops the command with one line
+naming the key, before any compute and before any MLflow run exists. Each job
+checks itself again when it starts (:mod:`teng_eq.job`).
+
+This is the one library module that imports Hydra (its public compose and
+override-parsing API): the sweep callback (:mod:`teng_eq.tracking.sweep`) is
+written against Hydra's protocol without importing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from teng_eq.cache import cache_dir
+from teng_eq.config import SHORTHANDS, JobOptions, RunConfig, check_top_level
+from teng_eq.errors import ConfigError, bad
+from teng_eq.tracking.store import check_store, default_tracking_uri
+
+#: ``${key}`` or ``${key.sub}``: an interpolation of the top-level ``key``.
+_INTERPOLATION = re.compile(r"\$\{(\w+)[.}]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A validated job: its numerics and its bookkeeping."""
+
+    run: RunConfig
+    options: JobOptions
+    tracking_uri: str  # resolved: the default store when ``options.tracking_uri`` is null
+
+
+def validate_job(cfg: DictConfig, *, root: Path, overrides: Iterable[str] = ()) -> Job:
+    """Every check of a job's composed config, before any compute and before any
+    MLflow run: unknown top-level keys, ``overrides`` setting a key the method does
+    not read (:func:`check_used`), the numerics (:meth:`RunConfig.from_mapping`,
+    method keys named as typed: :func:`key_namer`), the bookkeeping keys, the
+    MLflow store (malformed, unreachable; default: ``<root>/mlflow.db``) and the
+    cache folder (writable). Raises a one-line :class:`~teng_eq.errors.ConfigError`."""
+    try:
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"invalid config: {_one_line(err)}") from None
+    check_top_level(resolved)
+    options = JobOptions.from_mapping(resolved)
+    check_used(cfg, overrides)
+    run = RunConfig.from_mapping(resolved, rename=key_namer(cfg))
+    uri = options.tracking_uri or default_tracking_uri(root)
+    try:
+        check_store(uri)
+    except ValueError as err:
+        raise ConfigError(f"invalid config: {err}") from None
+    _check_writable_folder("cache_dir", cache_dir(options.cache_dir))
+    return Job(run=run, options=options, tracking_uri=uri)
+
+
+def key_namer(cfg: DictConfig) -> Callable[[str], str]:
+    """``key ↦`` the key the user typed for it: the top-level key it is a plain
+    interpolation of, through every level (``method.fit.solver`` is
+    ``${fit}.solver``, which is ``${solver}``: ``solver``); other keys as they are."""
+    raw = OmegaConf.to_container(cfg, resolve=False)
+
+    def name(key: str) -> str:
+        parts = key.split(".")
+        for i in range(len(parts), 0, -1):
+            node = raw
+            for part in parts[:i]:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, str) and (m := re.fullmatch(r"\$\{([\w.]+)\}", node)):
+                return name(".".join([m.group(1), *parts[i:]]))
+        return key
+
+    return name
+
+
+def used_keys(cfg: DictConfig) -> set[str]:
+    """The top-level keys the method group reads, through interpolations (and the
+    interpolations of those: the ``fit`` group reads ``solver``)."""
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    seen: set[str] = set()
+    todo = [raw["method"]]
+    while todo:
+        for name in _INTERPOLATION.findall(str(todo.pop())):
+            if name in raw and name not in seen:
+                seen.add(name)
+                todo.append(raw[name])
+    return seen
+
+
+def check_used(cfg: DictConfig, overrides: Iterable[str]) -> None:
+    """Refuse an override of a :data:`~teng_eq.config.SHORTHANDS` key that the chosen
+    method does not read (``iters=5`` with a PINN): silently ignoring it would
+    make a sweep over it a sweep over nothing."""
+    used = used_keys(cfg)
+    for item in overrides:
+        key, _, value = item.partition("=")
+        top = key.lstrip("+~").split(".")[0]
+        if top in SHORTHANDS and top not in used:
+            bad(key.lstrip("+~"), value, f"method {cfg.method.name} does not use it")
+
+
+def _check_writable_folder(key: str, path) -> None:
+    """``path`` is, or can be created as, a folder this process may write to
+    (checked without creating anything)."""
+    probe = Path(path).expanduser().absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        bad(key, str(path), f"{probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        bad(key, str(path), f"folder {probe} is not writable")
+
+
+#: The config groups of ``conf/config.yaml``'s defaults list.
+GROUPS = ("equation", "method", "table1_case", "experiment")
+
+
+def check_group_choices(overrides: list[str], conf_dir: Path) -> None:
+    """Reject ``group=name`` overrides naming no ``conf_dir/group/name.yaml``, and
+    ``+group=name`` for a group already in the defaults list (earlier versions
+    wrote ``+experiment=…``).
+
+    Hydra reports these itself, but over many lines; this gives the one-line
+    error every other bad key gets, before Hydra starts.
+    """
+    for item in overrides:
+        if item.startswith("-") or "=" not in item:
+            continue
+        key, value = item.split("=", 1)
+        group = key.lstrip("+~")
+        if group not in GROUPS:
+            continue
+        if key.startswith("+"):
+            raise ConfigError(f"invalid config: {item}: {group} is in the defaults list; "
+                              f"write {group}={value}")
+        known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml") if not p.stem.startswith("_"))
+        for choice in value.split(","):
+            if choice.strip() and choice.strip() not in known:
+                raise ConfigError(f"invalid config: {group}={choice.strip()!r}: unknown, choose one of {known}")
+
+
+def _one_line(err: Exception) -> str:
+    """Hydra's composition errors span several lines (and a chained cause): the
+    first line of each, joined."""
+    parts = []
+    while err is not None and len(parts) < 3:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+        if first and first not in parts:
+            parts.append(first)
+        err = err.__cause__
+    return " ".join(parts)
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """The jobs of a multirun's overrides, each its list of overrides: the
+    Cartesian product of the swept values (``dt=0.01,0.02``, ``glob(…)``), a key
+    given twice taking its last value, as Hydra's basic sweeper forms them."""
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    axes: dict[str, list[str]] = {}
+    for o in parser.parse_overrides(overrides):
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            if not o.is_discrete_sweep():
+                raise ConfigError(f"invalid config: {o.input_line}: the basic sweeper sweeps lists only")
+            axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            axes[key] = [f"{key}={o.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def preflight(argv: list[str], conf_dir: Path) -> int:
+    """Compose and validate every job of the command line ``argv`` before Hydra
+    starts. Returns the number of jobs checked (0 when ``argv`` asks Hydra for
+    something other than running, e.g. ``--help`` or ``--cfg``, or names another
+    sweeper, which expands its jobs its own way: then each job checks itself)."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    overrides = [a for a in argv if not a.startswith("-")]
+    if any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):
+        return 0
+    if multirun and any(o.lstrip("+~").startswith("hydra/sweeper") for o in overrides):
+        return 0
+    check_group_choices(overrides, conf_dir)
+    checked = set()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        try:
+            parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+            fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
+            base = compose(config_name="config", overrides=fixed, return_hydra_config=True)
+            # A preset may sweep through its own hydra.sweeper.params (and set hydra.mode:
+            # MULTIRUN): Hydra's basic sweeper puts them before the command line's overrides.
+            multirun = multirun or base.hydra.mode == RunMode.MULTIRUN
+            swept = [f"{k}={v}" for k, v in (base.hydra.sweeper.get("params") or {}).items()] if multirun else []
+            jobs = sweep_jobs([*swept, *overrides]) if multirun else [overrides]
+        except (HydraException, OmegaConfBaseException) as err:
+            raise ConfigError(f"invalid config: {_one_line(err)}") from None
+        for job in jobs:
+            try:
+                cfg = compose(config_name="config", overrides=job)
+            except (HydraException, OmegaConfBaseException) as err:
+                raise ConfigError(f"invalid config: {_one_line(err)}") from None
+            key = str(sorted(job))
+            if key not in checked:
+                checked.add(key)
+                validate_job(cfg, root=conf_dir.parent, overrides=job)
+    return len(jobs)
+
