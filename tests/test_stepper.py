@@ -12,7 +12,7 @@ from conftest import make_config
 
 from teng_eq.equations import network_operator
 from teng_eq.grid import Quadrature, cell_volume, grid_points, holdout_points
-from teng_eq.integrators import HEUN, Holdout, TENGStep
+from teng_eq.integrators import EULER, HEUN, RK4, TABLEAUS, ButcherTableau, Holdout, TENGStep
 from teng_eq.lstsq import SOLVERS
 from teng_eq.simulation import build_method
 from teng_eq.stepper import BestSoFar, StageSolver, Stopping, random_subset
@@ -178,3 +178,17 @@ def test_best_so_far_keeps_the_lowest_loss():
     for theta, loss in ((1.0, 3.0), (2.0, 1.0), (3.0, 2.0)):
         best = best.update(jnp.full(2, theta), jnp.asarray(loss))
     assert float(best.loss) == 1.0 and np.all(np.asarray(best.theta) == 2.0)
+
+
+def test_a_tableau_checks_itself():
+    """The tableaus in use satisfy Butcher's order conditions; an inconsistent one, or a
+    row of the wrong length, is refused when it is made."""
+    assert sorted(TABLEAUS) == ["euler", "heun", "rk4"] and (EULER.order, HEUN.order, RK4.order) == (1, 2, 4)
+    with pytest.raises(ValueError, match="not of order 2: order condition 2"):
+        ButcherTableau("bad", a=((0.5,),), b=(0.5, 0.5), order=2)  # c₂ = ½ needs b = (0, 1)
+    with pytest.raises(ValueError, match="not of order 1: order condition 1"):
+        ButcherTableau("bad", a=((1.0,),), b=(0.5, 0.6), order=1)
+    with pytest.raises(ValueError, match="not of order 4: order condition 4"):  # RK4's nodes, not its A
+        ButcherTableau("bad", a=((0.5,), (0.25, 0.25), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), order=4)
+    with pytest.raises(ValueError, match="row j of a must hold j\\+1 coefficients"):
+        ButcherTableau("bad", a=((0.5, 0.5),), b=(0.5, 0.5), order=1)

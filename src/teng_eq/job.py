@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import contextlib
 import logging
 import os
+import platform
 import sys
 import tempfile
 import threading
@@ -37,7 +39,6 @@ from teng_eq.tracking import (
     RunInProgress,
     RunLogger,
     artifact_root_for,
-    device_description,
     flatten,
     git_state,
     tracked_run,
@@ -60,6 +61,22 @@ class JobContext:
     @property
     def multirun(self) -> bool:
         return self.job_num is not None
+
+
+def device_description() -> str:
+    """The accelerator jax computes on, e.g. ``gpu: NVIDIA H100 80GB HBM3`` or ``cpu: x86_64 (2 cores)``."""
+    dev = jax.devices()[0]
+    if dev.platform == "cpu":
+        return f"cpu: {_cpu_model()} ({os.cpu_count()} cores)"
+    return f"{dev.platform}: {dev.device_kind}"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def spread(n: int, parts: int, first: int = 1) -> list[int]:

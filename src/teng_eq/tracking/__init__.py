@@ -24,7 +24,6 @@ from teng_eq.tracking.store import (
     artifact_root_for,
     check_store,
     default_tracking_uri,
-    device_description,
     ensure_experiment,
     flatten,
     git_state,
@@ -36,7 +35,7 @@ from teng_eq.tracking.writer import RunInProgress, RunLogger, tracked_run
 
 __all__ = [
     "PARENT_RUN_ENV", "RunInProgress", "RunLogger", "SelectionError", "SweepCallback",
-    "artifact_copies", "artifact_root_for", "check_store", "default_tracking_uri", "device_description",
+    "artifact_copies", "artifact_root_for", "check_store", "default_tracking_uri",
     "ensure_experiment", "experiment_name", "flatten", "git_state", "is_stale", "latest_sweep",
     "load_runs", "log_analysis", "metric_curves", "reap_stale", "sweep_hash", "sweep_jobs",
     "sweep_run", "tracked_run",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
 import socket
 import subprocess
 import time
@@ -126,24 +125,6 @@ def git_state(root: Path) -> tuple[str, bool]:
         return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         return "unknown", False
-
-
-def device_description() -> str:
-    """The accelerator jax computes on, e.g. ``gpu: NVIDIA H100 80GB HBM3`` or ``cpu: x86_64 (2 cores)``."""
-    import jax
-
-    dev = jax.devices()[0]
-    if dev.platform == "cpu":
-        return f"cpu: {_cpu_model()} ({os.cpu_count()} cores)"
-    return f"{dev.platform}: {dev.device_kind}"
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 # --- Liveness ----------------------------------------------------------------

@@ -1,0 +1,46 @@
+"""The architecture holds: the import-linter contracts of pyproject.toml (layers,
+every module in one; only tracking/ imports MLflow; only the preflight imports
+Hydra; the sweep callback and analyze.py never load JAX), and no module dodges
+them by importing the library inside a function."""
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+
+def test_import_contracts_are_kept():
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    proc = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
+
+
+def test_no_library_import_inside_a_function():
+    """An import of the library inside a function hides a dependency from the
+    contracts (the way to dodge a cycle); lazy imports of heavy third-party
+    packages (MLflow in tracking/) are another matter."""
+    hidden = []
+    for path in sorted((ROOT / "src" / "teng_eq").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(fn):
+                names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                         else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                hidden += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names
+                           if n == "teng_eq" or n.startswith("teng_eq.")]
+    assert not hidden, hidden
+
+
+def test_importing_the_package_loads_nothing_heavy():
+    """``import teng_eq`` and the sweep callback's and analyze.py's modules run without
+    JAX; the package still switches float64 on for whoever loads JAX after it."""
+    code = ("import sys, teng_eq, teng_eq.tracking, teng_eq.report; "
+            "assert 'jax' not in sys.modules, 'jax'; import jax.numpy as jnp; "
+            "assert jnp.zeros(1).dtype == jnp.float64")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
