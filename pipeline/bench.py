@@ -22,7 +22,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import argparse
 import csv
 import dataclasses
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,15 +33,10 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from teng_eq.benchmark import (
-    compare_with_naive,
-    compiled_step,
-    median_seconds,
-    solve_flops,
-    time_iterations,
-)
+from teng_eq import benchmark
 from teng_eq.config import RunConfig
 from teng_eq.integrators import TENGStep
+from teng_eq.job import device_description
 from teng_eq.methods.teng import TENG
 from teng_eq.preflight import key_namer
 from teng_eq.simulation import build_method
@@ -54,22 +48,8 @@ PAPER_STEPS = 800
 
 
 def machine() -> dict[str, str]:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "load_avg_1m": f"{os.getloadavg()[0]:.2f}",
-        "device": str(jax.devices()[0].device_kind),
-        "jax": jax.__version__,
-        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", ""),
-    }
+    return {"device": device_description(), "load_avg_1m": f"{os.getloadavg()[0]:.2f}", "jax": jax.__version__,
+            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "")}
 
 
 def compose_config(overrides: list[str]) -> RunConfig:
@@ -105,11 +85,13 @@ def fmt(value) -> str:
     return str(value)
 
 
-def print_table(rows: list[dict], columns: list[str]) -> None:
+def print_table(rows: list[dict], columns: list[str], header: bool = True) -> None:
+    """``rows`` as markdown table rows (with the header, unless ``header`` is False)."""
     cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(columns)]
-    print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    if header:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |")
+        print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for x in cells:
         print("| " + " | ".join(v.rjust(w) for v, w in zip(x, widths)) + " |", flush=True)
 
@@ -142,7 +124,7 @@ def main(argv=None) -> int:
     print(f"\n## Whole TENG-{o.integrator} step ({o.iters}+{o.iters_later} iterations), "
           f"grid {o.grid}², subsample {o.subsample_first}/{o.subsample}, {o.solver} vs naive")
     step = step_at(method, cfg, o.grid, o.solver, o.subsample_first, o.subsample)
-    cmp = compare_with_naive(step, theta, key, rounds=args.naive_rounds)
+    cmp = benchmark.compare_with_naive(step, theta, key, rounds=args.naive_rounds)
     d, n = statistics.median(cmp.default_s), statistics.median(cmp.naive_s)
     step_rows = [{"variant": "default", "grid": f"{o.grid}²", "step_s": d, "final_loss": cmp.default_loss},
                  {"variant": "naive", "grid": f"{o.grid}²", "step_s": n, "final_loss": cmp.naive_loss}]
@@ -155,28 +137,22 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     if not args.skip_table:
         print("\n## One iteration, part by part (ms, medians); operator = L[û] + target, once per stage")
-        header_printed = False
         for grid in args.grids:
             step = step_at(method, cfg, grid, o.solver, o.subsample_first, o.subsample)
             quadrature = cfg.equation.quadrature(grid)
             for n_sub in args.subsamples:
                 N = grid * grid
-                solvers = tuple(s for s in args.solvers
-                                if s == "cholesky" or solve_flops(s, N, n_sub) / 1e9 <= args.max_gflop)
-                slow = solve_flops("cholesky", N, n_sub) > 2e10
-                timings = time_iterations(step, quadrature, theta, key, n_sub, solvers,
+                solvers = tuple(s for s in args.solvers if s == "cholesky"
+                                or benchmark.solve_flops(s, N, n_sub) / 1e9 <= args.max_gflop)
+                slow = benchmark.solve_flops("cholesky", N, n_sub) > 2e10
+                timings = benchmark.time_iterations(step, quadrature, theta, key, n_sub, solvers,
                                           repeats=3 if slow else args.repeats)
                 new = [row(grid, t) for t in timings]
                 for r, t in zip(new, timings):
                     if not t.finite:
                         r["solver"] += " (non-finite)"
+                print_table(new, COLUMNS, header=not rows)
                 rows += new
-                if not header_printed:
-                    print_table(new, COLUMNS)
-                    header_printed = True
-                else:
-                    for r in new:
-                        print("| " + " | ".join(fmt(r[c]) for c in COLUMNS) + " |", flush=True)
         print(f"(qr/svd skipped above {args.max_gflop:g} GFLOP)")
 
         # Whole default steps at the larger grids.
@@ -184,8 +160,8 @@ def main(argv=None) -> int:
             if grid == o.grid:
                 continue
             step = step_at(method, cfg, grid, o.solver, o.subsample_first, o.subsample)
-            fn = compiled_step(step, theta, key)
-            t = median_seconds(fn, theta, key, repeats=3)
+            fn = benchmark.compiled_step(step, theta, key)
+            t = benchmark.median_seconds(fn, theta, key, repeats=3)
             step_rows.append({"variant": "default", "grid": f"{grid}²", "step_s": t,
                               "final_loss": float(fn(theta, key)[1].metrics["step_loss"])})
             print(f"whole default step at {grid}²: {t:.3f} s", flush=True)
@@ -195,13 +171,14 @@ def main(argv=None) -> int:
               f"TENG-{o.integrator} {o.iters}+{o.iters_later}, {o.solver}")
         step = step_at(method, cfg, 512, o.solver, 1536, 1024)
         t0 = time.perf_counter()
-        fn = compiled_step(step, theta, key)
+        fn = benchmark.compiled_step(step, theta, key)
         compile_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         _, record = jax.block_until_ready(fn(theta, key))
         step_s = time.perf_counter() - t0
         loss = float(record.metrics["step_loss"])
-        timings = time_iterations(step, cfg.equation.quadrature(512), theta, key, 1024, (o.solver,), repeats=1)[0]
+        timings = benchmark.time_iterations(step, cfg.equation.quadrature(512), theta, key, 1024, (o.solver,),
+                                            repeats=1)[0]
         print_table([row(512, timings)], COLUMNS)
         print(f"one step: {step_s:.1f} s (compile {compile_s:.1f} s), final loss {loss:.2e}; "
               f"projected {PAPER_STEPS} steps (heat, T=4, Δt=0.005): {PAPER_STEPS * step_s / 3600:.1f} h")
@@ -215,15 +192,13 @@ def main(argv=None) -> int:
         with tracked_run(default_tracking_uri(ROOT), "bench", artifact_root=ROOT / "mlruns",
                          run_name="bench", tags={"kind": "benchmark"}) as run:
             run.params({**info, "argv": " ".join(sys.argv[1:])})
-            run.metric("naive_over_default", cmp.ratio)
-            run.metric("default_step_s", d)
-            run.metric("naive_step_s", n)
-            run.metric("bench_total_s", total)
+            for key, value in (("naive_over_default", cmp.ratio), ("default_step_s", d), ("naive_step_s", n),
+                               ("bench_total_s", total)):
+                run.metric(key, value)
             for r in rows:
                 tag = f"g{r['grid'].rstrip('²')}_n{r['n']}_{r['solver'].split()[0]}"
-                run.metric(f"iteration_ms.{tag}", r["iteration_ms"])
-                run.metric(f"solve_ms.{tag}", r["solve_ms"])
-                run.metric(f"iter_over_solve.{tag}", r["iter_over_solve"])
+                for key in ("iteration_ms", "solve_ms", "iter_over_solve"):
+                    run.metric(f"{key}.{tag}", r[key])
             with tempfile.TemporaryDirectory() as tmp:
                 for name, table, cols in (("iterations.csv", rows, COLUMNS),
                                           ("steps.csv", step_rows, ["variant", "grid", "step_s", "final_loss"])):

@@ -19,8 +19,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from teng_eq.errors import ConfigError
 from teng_eq.equations import build_equation
+from teng_eq.errors import ConfigError
 from teng_eq.reference import reference_solution, save_npz
 
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import make_config
 
 from teng_eq import initial_fit
-from teng_eq.initial_fit import FitReport
 from teng_eq import reference as ref
 from teng_eq.cache import check_arrays, load_arrays, store_arrays
+from teng_eq.initial_fit import FitReport
 
 KEY = {"what": "test", "n": 3, "lengths": [1.0, 2.0]}
 

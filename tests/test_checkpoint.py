@@ -5,7 +5,6 @@ diverging run stops with the step that broke it and keeps the last good one."""
 import numpy as np
 import pytest
 from conftest import make_config
-
 from fake_methods import TOY
 
 from teng_eq.checkpoint import CheckpointStore

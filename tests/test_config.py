@@ -1,6 +1,5 @@
 import socket
 import time
-from pathlib import Path
 
 import pytest
 from conftest import CONF, make_config

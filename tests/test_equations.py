@@ -14,9 +14,9 @@ import pytest
 from conftest import CONF, make_config
 from scipy.spatial import cKDTree
 
-from teng_eq.errors import ConfigError
 from teng_eq.equations import Equation, build_equation, operator
 from teng_eq.equations.periodic import paper_initial_condition
+from teng_eq.errors import ConfigError
 
 EQUATIONS = sorted(p.stem for p in (CONF / "equation").glob("*.yaml"))
 

@@ -17,8 +17,8 @@ from conftest import ROOT, make_config
 
 from teng_eq.equations.heat3d import A000, A, B
 from teng_eq.grid import grid_points
-from teng_eq.reference import save_npz
 from teng_eq.model import parameter_count
+from teng_eq.reference import save_npz
 
 # --- 3-D heat ----------------------------------------------------------------------------
 

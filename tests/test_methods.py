@@ -63,9 +63,9 @@ def fourier_problem(n=16):
     return space, c, Quadrature(grid_points(n, lengths), cell_volume(n, lengths)), heat
 
 
-def _tdvp(space, c, quadrature, heat, solver="qr", dt=0.1, subsample=len(WAVES)):
+def _tdvp(space, c, quadrature, heat, solver="qr", dt=0.1, subsample=None):
     return TDVP(steps=1, space=space, theta0=c, report=None, solver=StageSolver(space, quadrature, solver, 1e-7),
-                equation=heat, tableau=RK4, dt=dt, subsample=subsample)
+                equation=heat, tableau=RK4, dt=dt, subsample=subsample or len(WAVES))
 
 
 def decay_rates():

@@ -39,7 +39,8 @@ def test_factored_jacobian_equals_autodiff(net):
     space = ParamSpace(net)
     theta = space.flatten(net)
     x = jax.random.uniform(jax.random.PRNGKey(3), (64, 2), maxval=2 * math.pi)
-    u, G, H = net.jacobian_factors(x)
+    u, Gt, Ht = net.jacobian_factors_t(x)
+    G, H = Gt.T, Ht.T
     gcol, hcol = net.factor_columns()
     J = G[:, gcol] * H[:, hcol]
     J_ref = jax.vmap(jax.grad(lambda th, p: space.network(th)(p)), (None, 0))(theta, x)
@@ -51,7 +52,8 @@ def test_factored_jacobian_equals_autodiff_linear_embedding():
     net = TENGNet(key=jax.random.PRNGKey(0), embedding_activation="identity")
     space = ParamSpace(net)
     x = jax.random.uniform(jax.random.PRNGKey(3), (64, 2), maxval=2 * math.pi)
-    _, G, H = net.jacobian_factors(x)
+    _, Gt, Ht = net.jacobian_factors_t(x)
+    G, H = Gt.T, Ht.T
     gcol, hcol = net.factor_columns()
     J_ref = jax.vmap(jax.grad(lambda th, p: space.network(th)(p)), (None, 0))(space.flatten(net), x)
     np.testing.assert_allclose(G[:, gcol] * H[:, hcol], J_ref, rtol=0, atol=1e-13 * float(jnp.abs(J_ref).max()))
@@ -89,7 +91,8 @@ def test_jacobian_has_no_structural_null_directions(seed):
     sv = {}
     for activation in ("tanh", "identity"):
         net = TENGNet(features=4, width=8, depth=4, key=jax.random.PRNGKey(seed), embedding_activation=activation)
-        _, G, H = net.jacobian_factors(pts)
+        _, Gt, Ht = net.jacobian_factors_t(pts)
+        G, H = Gt.T, Ht.T
         gcol, hcol = net.factor_columns()
         s = np.linalg.svd(np.asarray(G[:, gcol] * H[:, hcol]), compute_uv=False)
         sv[activation] = s / s[0]

@@ -21,7 +21,6 @@ from teng_eq.reference import (
     etdrk4_coefficients,
     reference_solution,
     save_npz,
-    spectral_solve,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +162,7 @@ def test_other_initial_condition_heat_analytic(monkeypatch):
              + 0.5 * np.exp(-5 * nu * t) * np.cos(2 * x + y))
     sol = heat_exact(eq, [t], n_modes=16)
     assert np.abs(sol.at(0, 24) - exact).max() < 1e-15
-    num = HEAT_ETDRK4.solve(eq, [t], n=16, dt=0.1)
+    num = HEAT_ETDRK4.solution(eq, [t], n=16, dt=0.1, cache_dir=False)
     assert np.abs(num.at(0, 24) - exact).max() < 1e-14
 
 
@@ -171,7 +170,7 @@ def test_heat_spectral_solve_matches_exact():
     eq = make_equation("heat")
     times = [1.0, 4.0]
     exact = heat_exact(eq, times)
-    num = HEAT_ETDRK4.solve(eq, times, n=64, dt=0.01)
+    num = HEAT_ETDRK4.solution(eq, times, n=64, dt=0.01, cache_dir=False)
     for k in range(len(times)):
         assert rel_l2(num.at(k, 128), exact.at(k, 128)) < 1e-10
 
@@ -182,9 +181,9 @@ def test_heat_spectral_solve_matches_exact():
 def self_convergence(name, t, n, dt):
     """(modes: n vs 2n, steps: dt vs dt/2) relative L² differences at time t, on the 2n grid."""
     eq = make_equation(name)
-    base = spectral_solve(eq, [t], n=n, dt=dt).at(0, 2 * n)
-    fine_n = spectral_solve(eq, [t], n=2 * n, dt=dt).at(0, 2 * n)
-    fine_dt = spectral_solve(eq, [t], n=n, dt=dt / 2).at(0, 2 * n)
+    base = reference_solution(eq, [t], n=n, dt=dt, cache_dir=False).at(0, 2 * n)
+    fine_n = reference_solution(eq, [t], n=2 * n, dt=dt, cache_dir=False).at(0, 2 * n)
+    fine_dt = reference_solution(eq, [t], n=n, dt=dt / 2, cache_dir=False).at(0, 2 * n)
     return rel_l2(base, fine_n), rel_l2(base, fine_dt)
 
 
@@ -214,13 +213,13 @@ def test_default_resolution_by_horizon_and_viscosity():
 
 def test_spectral_solve_outputs_requested_times():
     eq = make_equation("burgers")
-    sol = spectral_solve(eq, [0.0, 0.01, 0.025], n=32, dt=0.004)
+    sol = reference_solution(eq, [0.0, 0.01, 0.025], n=32, dt=0.004, cache_dir=False)
     np.testing.assert_array_equal(sol.times, [0.0, 0.01, 0.025])
     x, y = mesh(32)
     np.testing.assert_allclose(sol.at(0, 32), paper_initial_condition(np.stack([x, y])), atol=1e-15)
     # Stopping at 0.01 changes the steps (3 of 1/300 + 4 of 0.00375, not 7 of 0.025/7),
     # not the answer beyond the O(h⁴) step error.
-    direct = spectral_solve(eq, [0.025], n=32, dt=0.004)
+    direct = reference_solution(eq, [0.025], n=32, dt=0.004, cache_dir=False)
     assert rel_l2(sol.at(2, 32), direct.at(0, 32)) < 1e-12
 
 
@@ -301,7 +300,7 @@ def test_script_writes_npz(tmp_path):
     with np.load(tmp_path / "ref.npz") as data:
         np.testing.assert_array_equal(data["t"], [0.05, 0.1])
         assert data["u"].shape == (2, 64, 64)
-        expected = spectral_solve(make_equation("allen_cahn"), [0.05, 0.1], n=32)
+        expected = reference_solution(make_equation("allen_cahn"), [0.05, 0.1], n=32, cache_dir=False)
         np.testing.assert_allclose(data["u"], [expected.at(k, 64) for k in range(2)], rtol=0, atol=1e-15)
     # No Hydra output folders or logs beside the result.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "ref.npz"]

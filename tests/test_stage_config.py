@@ -1,9 +1,9 @@
 """The stage, held-out and network keys of issue 8: one-line errors naming key and value."""
 
+import inspect
+
 import pytest
 from conftest import make_config
-
-import inspect
 
 from teng_eq.errors import ConfigError
 from teng_eq.stepper import FIXED, StageSolver

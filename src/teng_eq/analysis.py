@@ -74,11 +74,6 @@ def fit_power_law(dt: Sequence[float], err: Sequence[float]) -> PowerLaw:
     return PowerLaw(float(slope), float(np.exp(intercept)))
 
 
-def fit_slope(dt: Sequence[float], err: Sequence[float]) -> float:
-    """Observed order: the least-squares slope ``p`` of ``log err`` against ``log dt``."""
-    return fit_power_law(dt, err).slope
-
-
 def select_jobs(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """The FINISHED job runs of a ``search_runs`` frame, and how many others were dropped.
 
@@ -176,14 +171,15 @@ def label(row: pd.Series | dict, keys: Sequence[str]) -> str:
 
 def table_markdown(table: pd.DataFrame) -> str:
     """``table`` as a GitHub markdown table: errors as ``1.588e-06``, runtimes to 4 digits."""
-    cols = list(table.columns)
     head = {"global_rel_l2": "global rel. L² error", "runtime_s": "runtime (s)", "n_runs": "runs"}
-    lines = ["| " + " | ".join(head.get(c, c) for c in cols) + " |",
-             "|" + "|".join("---:" if c in head else "---" for c in cols) + "|"]
-    for _, row in table.iterrows():
-        cells = [_cell(c, row[c]) for c in cols]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    cells = [[_cell(c, row[c]) for c in table.columns] for _, row in table.iterrows()]
+    return _markdown([head.get(c, c) for c in table.columns], cells, ["---:" if c in head else "---"
+                                                                      for c in table.columns])
+
+
+def _markdown(header: Sequence[str], rows, align: Sequence[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]) + "\n"
 
 
 def _cell(col: str, value) -> str:
@@ -243,6 +239,4 @@ def write_table(table: pd.DataFrame, folder: Path, methods: Sequence[str] = (),
 
 def wide_markdown(wide: pd.DataFrame) -> str:
     """A :func:`method_by_equation` table as GitHub markdown."""
-    lines = ["| " + " | ".join(wide.columns) + " |", "|" + "|".join("---" for _ in wide.columns) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in wide.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+    return _markdown(list(wide.columns), wide.itertuples(index=False), ["---"] * len(wide.columns))

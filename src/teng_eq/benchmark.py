@@ -129,15 +129,8 @@ class IterationTiming:
         return self.iteration_ms / self.solve_ms
 
 
-def time_iterations(
-    step: TENGStep,
-    quadrature: Quadrature,
-    theta: Float[Array, " params"],
-    key: PRNGKeyArray,
-    n_sub: int,
-    solvers: tuple[str, ...],
-    repeats: int = 5,
-) -> list[IterationTiming]:
+def time_iterations(step: TENGStep, quadrature: Quadrature, theta: Float[Array, " params"], key: PRNGKeyArray,
+        n_sub: int, solvers: tuple[str, ...], repeats: int = 5) -> list[IterationTiming]:
     """Time one iteration of ``step``'s stage solver (on ``quadrature``, its nodes)
     with each of ``solvers``, part by part, towards the Euler target ``û + Δt L[û]``
     of ``theta``. The parts that do not depend on the solver are timed once."""

@@ -1,25 +1,17 @@
 """Checkpoints of a run: enough to continue it as if it had never stopped.
 
 A checkpoint after step n holds the method's state (whatever ``Method.init``
-returned — TENG's θ, a baseline's optimiser state — as
-``eqx.tree_serialise_leaves`` bytes), n itself, and the driver's
-:class:`History` of steps 1..n (error terms, per-step metrics, cumulative wall
-time, loss tables, states at the snapshot times). Networks are saved and read
-back here too (:func:`save_network`, :func:`load_network`). The random keys need no saving: step n draws
-``fold_in(key_run, n)`` from the seed, so a resumed run draws the same subsets.
+returned — TENG's θ, a baseline's optimiser state — as ``eqx.tree_serialise_leaves``
+bytes), n, and the driver's :class:`History` of steps 1..n. The random keys need no
+saving: step n draws ``fold_in(key_run, n)`` from the seed. Networks are saved here
+too (:func:`save_network`).
 
-It is one self-checking file (:func:`teng_eq.cache.store_arrays`: npz, digest,
-temporary file and rename), so a kill while writing leaves the previous
-checkpoint whole, and a damaged file is ignored, not trusted.
-
-Where: ``<cache_dir>/checkpoints/<config_hash>/<run_id>.npz``, a folder keyed by
-configuration beside the θ₀ and reference caches, not an MLflow artifact:
-the rename that makes a write atomic exists on a filesystem, not in an artifact
-store (a remote one is written by upload, and an artifact cannot be replaced or
-deleted through the client); a checkpoint is rewritten every few steps and is
-worthless once its run is FINISHED, when it is deleted. Jobs that resume on
-another machine need ``cache_dir`` on a shared filesystem, as the θ₀ cache
-already asks.
+One self-checking file (:func:`teng_eq.cache.store_arrays`: npz, digest, temporary
+file and rename): a kill while writing leaves the previous checkpoint whole, a
+damaged file is ignored. Where: ``<cache_dir>/checkpoints/<config_hash>/<run_id>.npz``,
+not an MLflow artifact: only a filesystem renames atomically and lets a file be
+replaced and deleted (it is, once its run is FINISHED). Jobs that resume on another
+machine need ``cache_dir`` on a shared filesystem, as the θ₀ cache already asks.
 """
 
 from __future__ import annotations
@@ -58,15 +50,10 @@ def state_from_bytes(data: np.ndarray, like: PyTree) -> PyTree:
 
 
 def save_network(path: Path, network: eqx.Module) -> Path:
-    """θ as ``eqx.tree_serialise_leaves`` bytes (no pickle); read back by :func:`load_network`."""
+    """θ as ``eqx.tree_serialise_leaves`` bytes (no pickle); read back into an untrained
+    network of the same shape (:func:`teng_eq.simulation.load_network`)."""
     eqx.tree_serialise_leaves(path, network)
     return Path(path)
-
-
-def load_network(path: Path, template: eqx.Module) -> eqx.Module:
-    """The network :func:`save_network` wrote, into ``template`` (an untrained network
-    of the same shape: :meth:`teng_eq.methods.base.Method.network_template`)."""
-    return eqx.tree_deserialise_leaves(path, template)
 
 
 @dataclasses.dataclass

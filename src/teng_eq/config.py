@@ -1,22 +1,17 @@
 """Run configuration: plain values, checked before any compute starts.
 
-The pipeline (Hydra) composes ``conf/`` and hands the resolved mapping to
-:meth:`RunConfig.from_mapping`; every bad value raises
-:class:`~teng_eq.errors.ConfigError` with a one-line message that names the key
-and the value. The defaults live in ``conf/`` alone: nothing here has a default
-value, so a run is always the composition of ``conf/config.yaml`` and its
-overrides.
+The pipeline (Hydra) composes ``conf/`` (the one source of defaults: nothing here
+has one) and hands the resolved mapping to :meth:`RunConfig.from_mapping`; every
+bad value raises :class:`~teng_eq.errors.ConfigError`, one line naming key and value.
 
-The ``equation`` and ``method`` groups each name the class that implements them
-(``impl: module:Class``); that class turns the rest of its group into a
-validated object (:meth:`teng_eq.equations.Equation.from_config`,
-``Method.Options``), so adding an equation or a method is one module and one
-yaml, with no dispatch on names anywhere else.
+The ``equation`` and ``method`` groups name the class that implements them (``impl:
+module:Class``), which turns the rest of its group into a validated object
+(:meth:`teng_eq.equations.Equation.from_config`, ``Method.Options``): adding an
+equation or a method is one module and one yaml, with no dispatch on names.
 
-A method group takes what it uses from the top level by interpolation: TENG's
-yaml reads ``iters: ${iters}``, so ``iters=5`` on the command line reaches it.
-Those top-level keys (:data:`SHORTHANDS`) belong to no one else: they are
-checked as the method's options, under the name the user typed (``rename``).
+A method group takes what it uses from the top level by interpolation (TENG's yaml
+reads ``iters: ${iters}``, so ``iters=5`` reaches it): those keys (:data:`SHORTHANDS`)
+are checked as the method's options, under the name the user typed (``rename``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
-"""What can go wrong, at the bottom of the library: every other module raises these.
-
-* :class:`ConfigError` — a configuration value is invalid (before any compute);
-  :func:`bad` raises it with the one line every bad key gets;
-* :class:`RunFailed` — a run that computed but must not count (its MLflow run ends
-  FAILED with the reason and :attr:`RunFailed.tags`), with :class:`Diverged` and
-  :class:`Overfit`.
-"""
+"""What can go wrong, at the bottom of the library: a bad configuration value
+(:class:`ConfigError`, raised by :func:`bad` with the one line every bad key gets,
+before any compute) and a run that computed but must not count (:class:`RunFailed`:
+:class:`Diverged`, :class:`Overfit`)."""
 
 from __future__ import annotations
 
 
 class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key. Raised by
-    :func:`bad`, it also holds ``key``, ``value`` and ``why`` (so that the config
-    layer can name a key by what the user typed, :meth:`renamed`)."""
+    """A configuration value is invalid; the message names the key (also held as
+    ``key``, ``value``, ``why``: the config layer names a key as typed, :meth:`renamed`)."""
 
     def __init__(self, message: str, key: str | None = None, value=None, why: str = ""):
         super().__init__(message)

@@ -46,7 +46,7 @@ from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, grid_points, norm2
 from teng_eq.lstsq import SOLVERS
 from teng_eq.model import ParamSpace, TENGNet
-from teng_eq.options import at_least
+from teng_eq.options import at_least, one_of
 from teng_eq.stepper import BestSoFar, Factors, StageSolver, random_subset
 
 
@@ -81,8 +81,7 @@ class FitOptions:
 def check_least_squares(prefix: str, solver: str, damping: float) -> None:
     """``solver`` is one of :data:`~teng_eq.lstsq.SOLVERS` and ``damping`` in [0, 1)."""
     name = f"{prefix}." if prefix else ""
-    if solver not in SOLVERS:
-        bad(f"{name}solver", solver, f"unknown, choose one of {list(SOLVERS)}")
+    one_of(f"{name}solver", solver, SOLVERS)
     if not 0 <= damping < 1:
         bad(f"{name}damping", damping, "must be in [0, 1)")
 
@@ -128,21 +127,9 @@ def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float
     return carry
 
 
-def levenberg_marquardt(
-    residual: Callable[[Array], Array],
-    jacobian: Callable[[Array, Array], Array],
-    theta: Float[Array, " params"],
-    weight: float,
-    *,
-    key,
-    subsample: int,
-    tol: float,
-    max_iters: int,
-    chunk: int = 25,
-    patience: int = 4,
-    log: Callable[[str], None] | None = None,
-    label: str = "fit",
-):
+def levenberg_marquardt(residual: Callable[[Array], Array], jacobian: Callable[[Array, Array], Array],
+        theta: Float[Array, " params"], weight: float, *, key, subsample: int, tol: float, max_iters: int,
+        chunk: int = 25, patience: int = 4, log: Callable[[str], None] | None = None, label: str = "fit"):
     """Minimise ``w‖r(θ)‖²`` by damped Gauss–Newton on random parameter subsets S.
 
     Each iteration solves ``(J_SᵀJ_S + λ·tr(J_SᵀJ_S)/|S| · I) Δ = −J_Sᵀ r`` and keeps
@@ -181,20 +168,9 @@ def levenberg_marquardt(
     return carry[0], float(carry[1])
 
 
-def refine(
-    solver: StageSolver,
-    theta: Float[Array, " params"],
-    target: Float[Array, " n"],
-    *,
-    key,
-    subsample: int,
-    tol: float,
-    max_iters: int,
-    chunk: int = 25,
-    patience: int = 4,
-    log: Callable[[str], None] | None = None,
-    label: str = "fit",
-):
+def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Array, " n"], *, key,
+        subsample: int, tol: float, max_iters: int, chunk: int = 25, patience: int = 4,
+        log: Callable[[str], None] | None = None, label: str = "fit"):
     """Plain TENG iterations (undamped Gauss–Newton on subsets) towards ``target``,
     keeping the best θ seen (:class:`~teng_eq.stepper.BestSoFar`). Returns ``(θ, loss)``.
 
@@ -272,10 +248,7 @@ def resolve_init(init: str, equation: Equation, grid: int) -> str:
     the solution is odd under the half-period shift (:func:`odd_under_half_shift`;
     the paper's initial condition under heat and Allen–Cahn) and ``"paper"``
     elsewhere (Burgers, whose ``u·∇u`` is even, or a condition without the
-    symmetry). Measured on the paper's heat problem (64², 512/384, 7+5): θ₀
-    relative error 4.2e-8 against 1.3e-7, error at t = 0.06 1.2e-7 against
-    3.3e-7; on Burgers an odd start diverges in its first step. Any other value
-    is returned as given."""
+    symmetry; what it buys: README "Accuracy"). Any other value is returned as given."""
     if init != "auto":
         return init
     return "odd" if odd_under_half_shift(equation, grid) else "paper"
@@ -290,15 +263,8 @@ def fit_key(description: dict) -> str:
     return digest({**description, "version": FIT_VERSION})[:16]
 
 
-def initial_parameters(
-    net: TENGNet,
-    u0: Callable[[Array], Array],
-    quadrature: Quadrature,
-    *,
-    key,
-    fit: FitOptions,
-    log: Callable[[str], None] | None = None,
-) -> tuple[Float[Array, " params"], FitReport]:
+def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
+        fit: FitOptions, log: Callable[[str], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """Two-stage fit of ``net`` to ``u0`` on ``quadrature`` (no cache); stage 2's least
     squares are ``fit.solver`` and ``fit.damping``. Returns ``(θ₀, report)``."""
     space = ParamSpace(net)
@@ -348,17 +314,9 @@ def initial_parameters(
     return theta, report
 
 
-def cached_initial_parameters(
-    net: TENGNet,
-    u0: Callable[[Array], Array],
-    quadrature: Quadrature,
-    *,
-    key,
-    fit: FitOptions,
-    description: dict,
-    directory=None,
-    log: Callable[[str], None] | None = None,
-) -> tuple[Float[Array, " params"], FitReport]:
+def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
+        fit: FitOptions, description: dict, directory=None,
+        log: Callable[[str], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """:func:`initial_parameters`, cached under ``directory`` by ``description``
     (initial condition, architecture, grid, seed, fit settings). Stored as a
     self-checking entry (:func:`teng_eq.cache.store_arrays`: θ and the report as

@@ -15,11 +15,8 @@ j−1 (the previous stage's network is the best warm start we have):
 * **TENG-Heun** (``A = [[1]]``, ``b = [½, ½]``): Algorithm ``TENG_Heun``:
   θ_temp fits ``û_t + Δt k₁``; θ_{t+Δt} fits ``û_t + Δt (k₁ + k₂)/2`` starting
   from θ_temp, with ``k₂ = L[û_{θ_temp}]``.
-* **TENG-RK4** (classical RK4): ``k₁ = L[û_t]``;
-  θ₁ fits ``û_t + Δt/2 k₁``, ``k₂ = L[û_{θ₁}]``;
-  θ₂ fits ``û_t + Δt/2 k₂`` (from θ₁), ``k₃ = L[û_{θ₂}]``;
-  θ₃ fits ``û_t + Δt k₃`` (from θ₂), ``k₄ = L[û_{θ₃}]``;
-  θ_{t+Δt} fits ``û_t + Δt (k₁ + 2k₂ + 2k₃ + k₄)/6`` (from θ₃).
+* **TENG-RK4** (classical RK4): four fits, to ``û_t + Δt/2 k₁``, ``û_t + Δt/2 k₂``,
+  ``û_t + Δt k₃`` and ``û_t + Δt (k₁ + 2k₂ + 2k₃ + k₄)/6``, each ``kⱼ = L[û_{θⱼ₋₁}]``.
 
 Every target is built from ``û_t`` on the quadrature grid, except on the rows of
 a Dirichlet boundary (``boundary``), where it is the boundary value 0; the first
@@ -27,8 +24,8 @@ fit of a step runs at most ``iters`` iterations (its first drawing
 ``subsample_first`` parameters), the later fits at most ``iters_later`` (exactly
 these under the ``fixed`` stopping policy of :mod:`teng_eq.stepper`).
 
-**Held-out check** (:class:`Holdout`). A fit can match its target on the quadrature nodes and go
-wild between them (a network with more parameters than nodes can interpolate),
+**Held-out check** (:class:`Holdout`). A fit can match its target on the quadrature
+nodes and go wild between them (a network with more parameters than nodes can interpolate),
 and the training loss cannot see it. So each step also measures the loss of its
 final fit on ``holdout`` points that no fit uses: the same target function
 ``û_t + Δt Σⱼ bⱼ kⱼ`` (its slopes ``kⱼ = L[û_{θⱼ}]`` evaluated there too) against
@@ -95,9 +92,7 @@ class ButcherTableau(eqx.Module):
 
 EULER = ButcherTableau("euler", a=(), b=(1.0,), order=1)
 HEUN = ButcherTableau("heun", a=((1.0,),), b=(0.5, 0.5), order=2)
-RK4 = ButcherTableau(
-    "rk4", a=((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), order=4
-)
+RK4 = ButcherTableau("rk4", a=((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), order=4)
 TABLEAUS: dict[str, ButcherTableau] = {t.name: t for t in (EULER, HEUN, RK4)}
 
 

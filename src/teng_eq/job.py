@@ -1,19 +1,15 @@
-"""One job of ``pipeline/sweep.py``: a validated config run in its MLflow run.
-
-:func:`run_job` checks the composed config (:func:`teng_eq.preflight.validate_job`),
-opens the job's run (a new one, or its configuration's unfinished run resumed
-from its checkpoint; a finished configuration is skipped), runs
-:func:`teng_eq.simulation.run_simulation` with a progress bar and a per-step
-callback that logs every metric, and logs the end-of-run metrics, tags and
-artifacts. Hydra stays in the entry script, which hands over the composed
-config and a :class:`JobContext`.
-"""
+"""One job of ``pipeline/sweep.py`` in its MLflow run: the composed config checked
+(:func:`teng_eq.preflight.validate_job`), the run opened (new, or its configuration's
+unfinished run resumed from its checkpoint; a finished configuration is skipped),
+:func:`teng_eq.simulation.run_simulation` with a progress bar and a callback that
+logs every step, then the end-of-run metrics, tags and artifacts. Hydra stays in
+the entry script, which hands over the composed config and a :class:`JobContext`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
-import contextlib
 import logging
 import os
 import platform
@@ -28,21 +24,13 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from teng_eq import tracking
 from teng_eq.cache import digest
 from teng_eq.checkpoint import CheckpointStore, save_network
 from teng_eq.errors import ConfigError, Overfit, RunFailed
 from teng_eq.options import BOOKKEEPING
 from teng_eq.preflight import Job, validate_job
 from teng_eq.simulation import RunResult, run_simulation
-from teng_eq.tracking import (
-    PARENT_RUN_ENV,
-    RunInProgress,
-    RunLogger,
-    artifact_root_for,
-    flatten,
-    git_state,
-    tracked_run,
-)
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +54,14 @@ class JobContext:
 def device_description() -> str:
     """The accelerator jax computes on, e.g. ``gpu: NVIDIA H100 80GB HBM3`` or ``cpu: x86_64 (2 cores)``."""
     dev = jax.devices()[0]
-    if dev.platform == "cpu":
-        return f"cpu: {_cpu_model()} ({os.cpu_count()} cores)"
-    return f"{dev.platform}: {dev.device_kind}"
-
-
-def _cpu_model() -> str:
+    if dev.platform != "cpu":
+        return f"{dev.platform}: {dev.device_kind}"
+    model = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
+    return f"cpu: {model} ({os.cpu_count()} cores)"
 
 
 def spread(n: int, parts: int, first: int = 1) -> list[int]:
@@ -97,7 +82,7 @@ def main(cfg: DictConfig, context: JobContext) -> float:
     its reason in a single job; in a multirun its MLflow run is FAILED with the
     reason and the other jobs go on (the sweep's parent reports it)."""
     job_start = time.perf_counter()
-    # matplotlib (~1 s to import) loads beside θ₀ and compilation, not after the run.
+    # matplotlib (slow to import) loads beside θ₀ and compilation, not after the run.
     threading.Thread(target=importlib.import_module, args=("teng_eq.plots",), daemon=True).start()
     try:
         job = validate_job(cfg, root=context.root, overrides=context.overrides)
@@ -110,7 +95,7 @@ def main(cfg: DictConfig, context: JobContext) -> float:
             sys.exit(f"error: {err}")
         log.error("job %s FAILED: %s", context.job_num, err)
         return float("nan")
-    except RunInProgress as err:
+    except tracking.RunInProgress as err:
         if not context.multirun:
             sys.exit(f"error: {err}")
         raise
@@ -122,23 +107,23 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
     resolved = OmegaConf.to_container(cfg, resolve=True)
     name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
     chash = config_hash(resolved)
-    commit, dirty = git_state(context.root)
+    commit, dirty = tracking.git_state(context.root)
     tags = {"run_kind": "job", "method": cfg.method.name, "equation": cfg.equation.name,
             "hydra_overrides": " ".join(context.overrides), "config_hash": chash, "git_commit": commit,
             "git_dirty": str(dirty), "device": device_description(), "jax_version": jax.__version__}
     if context.multirun:
         tags["job_num"] = str(context.job_num)
-    with tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=tags,
-                     artifact_root=artifact_root_for(job.tracking_uri, context.root),
-                     parent_run_id=os.environ.get(PARENT_RUN_ENV) if context.multirun else None,
-                     config_hash=chash, resume=opts.resume) as run:
+    with tracking.tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=tags,
+                              artifact_root=tracking.artifact_root_for(job.tracking_uri, context.root),
+                              parent_run_id=os.environ.get(tracking.PARENT_RUN_ENV) if context.multirun else None,
+                              config_hash=chash, resume=opts.resume) as run:
         if run.outcome == "skipped":
             done = run.previous
             log.info("skipped: config_hash=%s is FINISHED as run %s (resume=false runs it again)",
                      chash, done.info.run_id)
             return float(done.data.metrics.get("global_rel_l2", float("nan")))
         checkpoints = CheckpointStore.for_run(chash, run.run_id, directory=opts.cache_dir)
-        run.params({**flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
+        run.params({**tracking.flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
         bar = tqdm(total=run_cfg.n_steps, disable=not opts.progress, desc=name, file=sys.stderr)
 
         def on_step(rec):
@@ -176,7 +161,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
     return result.global_rel_l2
 
 
-def log_result(run: RunLogger, result: RunResult, name: str) -> None:
+def log_result(run: tracking.RunLogger, result: RunResult, name: str) -> None:
     """The end-of-run metrics and tags; what went wrong without failing the run
     (solver events, the held-out check's warning, θ₀ above its tolerance) is also
     printed at the end."""
@@ -213,7 +198,7 @@ def log_result(run: RunLogger, result: RunResult, name: str) -> None:
         print(f"warning: {name}: {msg}", file=sys.stderr)
 
 
-def log_artifacts(run: RunLogger, cfg: DictConfig, run_cfg, result: RunResult, name: str,
+def log_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: RunResult, name: str,
                   output_dir: Path) -> None:
     """Config (resolved, and Hydra's .hydra/), plots, the per-iteration loss table, θ."""
     plots = importlib.import_module("teng_eq.plots")  # loaded in the background at the job's start

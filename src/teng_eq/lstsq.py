@@ -46,12 +46,8 @@ def row_blocks(cols: int, block: int = 128, max_blocks: int = 8) -> tuple[tuple[
     return tuple(itertools.pairwise(edges))
 
 
-def least_squares_rows(
-    blocks: Sequence[Float[Array, "_ rows"]],
-    b: Float[Array, " rows"],
-    solver: str,
-    damping: float,
-) -> tuple[Float[Array, " cols"], RESULTS]:
+def least_squares_rows(blocks: Sequence[Float[Array, "_ rows"]], b: Float[Array, " rows"], solver: str,
+        damping: float) -> tuple[Float[Array, " cols"], RESULTS]:
     """:func:`least_squares` given ``Aᵀ`` as a stack of row blocks, the layout the
     stage solver builds: the normal equations then need no copy of ``A`` at all
     (:func:`gram` works block by block); QR and SVD stack the blocks into ``A``.

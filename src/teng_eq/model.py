@@ -46,7 +46,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from teng_eq.errors import bad
-from teng_eq.options import at_least
+from teng_eq.options import at_least, one_of
 
 #: Embedding activations σ (see the module docstring).
 EMBEDDING_ACTIVATIONS = ("tanh", "identity")
@@ -72,12 +72,8 @@ class NetworkConfig:
         at_least(prefix, self, 1, "features", "width")
         if self.depth < 3:
             bad(f"{prefix}.depth", self.depth, "must be >= 3 (embedding, hidden, output)")
-        if self.embedding_activation not in EMBEDDING_ACTIVATIONS:
-            bad(f"{prefix}.embedding_activation", self.embedding_activation,
-                f"unknown, choose one of {list(EMBEDDING_ACTIVATIONS)}")
-        inits = INITS if resolved else ("auto", *INITS)
-        if self.init not in inits:
-            bad(f"{prefix}.init", self.init, f"unknown, choose one of {list(inits)}")
+        one_of(f"{prefix}.embedding_activation", self.embedding_activation, EMBEDDING_ACTIVATIONS)
+        one_of(f"{prefix}.init", self.init, INITS if resolved else ("auto", *INITS))
 
 
 class PeriodicEmbedding(eqx.Module):
@@ -125,19 +121,8 @@ class TENGNet(eqx.Module):
     embedding_activation: str = eqx.field(static=True)
     init: str = eqx.field(static=True)
 
-    def __init__(
-        self,
-        dim: int = 2,
-        features: int = 20,
-        width: int = 40,
-        depth: int = 7,
-        lengths=None,
-        embedding_activation: str = "tanh",
-        init: str = "odd",
-        *,
-        periodic: bool = True,
-        key: PRNGKeyArray,
-    ):
+    def __init__(self, dim: int = 2, features: int = 20, width: int = 40, depth: int = 7, lengths=None,
+            embedding_activation: str = "tanh", init: str = "odd", *, periodic: bool = True, key: PRNGKeyArray):
         NetworkConfig(features, width, depth, embedding_activation, init).validate(resolved=True)
         lengths = (2 * math.pi,) * dim if lengths is None else lengths
         keys = jax.random.split(key, depth)
@@ -173,10 +158,10 @@ class TENGNet(eqx.Module):
             h = jnp.tanh(layer(h))
         return self.output(h)
 
-    def jacobian_factors(
+    def jacobian_factors_t(
         self, points: Float[Array, "n dim"]
-    ) -> tuple[Float[Array, " n"], Float[Array, "n g"], Float[Array, "n h"]]:
-        """``(û, G, H)`` with ``∂û(xₙ)/∂θ_p = G[n, gcol_p] · H[n, hcol_p]`` for every p.
+    ) -> tuple[Float[Array, " n"], Float[Array, "g n"], Float[Array, "h n"]]:
+        """``(û, Gᵀ, Hᵀ)`` with ``∂û(xₙ)/∂θ_p = Gᵀ[gcol_p, n] · Hᵀ[hcol_p, n]`` for every p.
 
         Every parameter of this network enters as (cotangent of some pre-activation)
         × (some per-sample factor): ``∂û/∂W[o, i] = ∂û/∂z[o] · h_in[i]``,
@@ -184,26 +169,15 @@ class TENGNet(eqx.Module):
         ``∂û/∂c = ∂û/∂e``, where e is the embedding's pre-activation
         (``∂û/∂e = σ'(e) ⊙ W₁ᵀ ∂û/∂z₁``). So the Jacobian of any column subset
         costs one batched forward/backward pass plus an O(n·|subset|) gather,
-        never the full ``n × params`` matrix. Column layout (see :meth:`factor_columns`)::
+        never the full ``n × params`` matrix. Row layout (see :meth:`factor_columns`)::
 
-            G = [∂û/∂e | ∂û/∂z₁ | … | ∂û/∂z_L | ∂û/∂z_out]
-            H = [1 | cos | −a sin | σ(e) | h₁ | … | h_L]
+            Gᵀ = [∂û/∂e | ∂û/∂z₁ | … | ∂û/∂z_L | ∂û/∂z_out]
+            Hᵀ = [1 | cos | −a sin | σ(e) | h₁ | … | h_L]
 
-        The sample-major view of :meth:`jacobian_factors_t`.
-        """
-        u, Gt, Ht = self.jacobian_factors_t(points)
-        return u, Gt.T, Ht.T
-
-    def jacobian_factors_t(
-        self, points: Float[Array, "n dim"]
-    ) -> tuple[Float[Array, " n"], Float[Array, "g n"], Float[Array, "h n"]]:
-        """``(û, Gᵀ, Hᵀ)``: :meth:`jacobian_factors` with one row per factor.
-
-        Feature-major so that the rows ``Jᵀ[p] = Gᵀ[gcol_p] ∘ Hᵀ[hcol_p]`` of a
-        subset Jacobian are contiguous row gathers, and ``JᵀJ`` a plain GEMM of
-        row-major operands (measured at 64², 384 columns: the subset Jacobian
-        1.7× faster than gathering columns of the sample-major factors).
-        The embedding uses ``cos(k x + φ) = cos(k x) cos φ − sin(k x) sin φ``: 2n + 2F
+        Feature-major, so that the rows ``Jᵀ[p] = Gᵀ[gcol_p] ∘ Hᵀ[hcol_p]`` of a
+        subset Jacobian are contiguous row gathers and ``JᵀJ`` a plain GEMM of
+        row-major operands (faster than column gathers: docs/performance.md). The
+        embedding uses ``cos(k x + φ) = cos(k x) cos φ − sin(k x) sin φ``: 2n + 2F
         transcendentals instead of 2nF, exact to a few ulp.
         """
         emb = self.embedding
@@ -244,7 +218,7 @@ class TENGNet(eqx.Module):
         return u, Gt, Ht
 
     def factor_columns(self) -> tuple[Int[np.ndarray, " params"], Int[np.ndarray, " params"]]:
-        """Flat ``(gcol, hcol)`` index arrays for :meth:`jacobian_factors`, in the
+        """Flat ``(gcol, hcol)`` index arrays for :meth:`jacobian_factors_t`, in the
         order of ``ravel_pytree`` over the parameters."""
         n_emb = 0 if self.embedding is None else self.embedding.a.size
         n_in = self.hidden[0].weight.shape[1]  # the first layer's input: e, or x itself

@@ -105,3 +105,9 @@ def at_least(prefix: str, obj, minimum, *keys: str) -> None:
         if value < minimum:
             bad(f"{prefix}.{key}" if prefix else key, value,
                 f"must be {'an integer ' if isinstance(minimum, int) else ''}>= {minimum}")
+
+
+def one_of(key: str, value, choices) -> None:
+    """``value`` is one of ``choices`` (the message lists them)."""
+    if value not in choices:
+        bad(key, value, f"unknown, choose one of {list(choices)}")

@@ -1,16 +1,11 @@
-"""Every job of a command line checked before anything runs.
+"""Every job of a command line checked before anything runs: :func:`preflight`
+composes ``conf/`` for each job (with ``-m``, each point of the sweep, a preset's
+own sweep included) and checks it with :func:`validate_job`, so that a bad value
+stops the command with one line naming the key, before any compute and before any
+MLflow run exists; each job checks itself again when it starts (:mod:`teng_eq.job`).
 
-``pipeline/sweep.py`` calls :func:`preflight` before Hydra starts: it composes
-``conf/`` for each job of the command line (with ``-m``, each point of the
-sweep, a preset's own sweep included) through Hydra's compose API and checks it
-with :func:`validate_job`, so that a bad value stops the command with one line
-naming the key, before any compute and before any MLflow run exists. Each job
-checks itself again when it starts (:mod:`teng_eq.job`).
-
-This is the one library module that imports Hydra (its public compose and
-override-parsing API): the sweep callback (:mod:`teng_eq.tracking.sweep`) is
-written against Hydra's protocol without importing it.
-"""
+The one library module that imports Hydra (its public compose and override API);
+the sweep callback (:mod:`teng_eq.tracking.sweep`) is written against its protocol."""
 
 from __future__ import annotations
 
@@ -133,13 +128,9 @@ GROUPS = ("equation", "method", "table1_case", "experiment")
 
 
 def check_group_choices(overrides: list[str], conf_dir: Path) -> None:
-    """Reject ``group=name`` overrides naming no ``conf_dir/group/name.yaml``, and
-    ``+group=name`` for a group already in the defaults list (earlier versions
-    wrote ``+experiment=…``).
-
-    Hydra reports these itself, but over many lines; this gives the one-line
-    error every other bad key gets, before Hydra starts.
-    """
+    """Reject ``group=name`` naming no ``conf_dir/group/name.yaml``, and ``+group=name``
+    for a group already in the defaults list (earlier versions wrote ``+experiment=…``):
+    Hydra reports these over many lines; this gives the one line every bad key gets."""
     for item in overrides:
         if item.startswith("-") or "=" not in item:
             continue
@@ -168,11 +159,10 @@ def _one_line(err: Exception) -> str:
     return " ".join(parts)
 
 
-def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+def sweep_jobs(parser: OverridesParser, overrides: list[str]) -> list[list[str]]:
     """The jobs of a multirun's overrides, each its list of overrides: the
     Cartesian product of the swept values (``dt=0.01,0.02``, ``glob(…)``), a key
     given twice taking its last value, as Hydra's basic sweeper forms them."""
-    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
     axes: dict[str, list[str]] = {}
     for o in parser.parse_overrides(overrides):
         key = o.get_key_element()
@@ -197,7 +187,6 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
     if multirun and any(o.lstrip("+~").startswith("hydra/sweeper") for o in overrides):
         return 0
     check_group_choices(overrides, conf_dir)
-    checked = set()
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         try:
             parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
@@ -207,7 +196,7 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
             # MULTIRUN): Hydra's basic sweeper puts them before the command line's overrides.
             multirun = multirun or base.hydra.mode == RunMode.MULTIRUN
             swept = [f"{k}={v}" for k, v in (base.hydra.sweeper.get("params") or {}).items()] if multirun else []
-            jobs = sweep_jobs([*swept, *overrides]) if multirun else [overrides]
+            jobs = sweep_jobs(parser, [*swept, *overrides]) if multirun else [overrides]
         except (HydraException, OmegaConfBaseException) as err:
             raise ConfigError(f"invalid config: {_one_line(err)}") from None
         for job in jobs:
@@ -215,9 +204,6 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
                 cfg = compose(config_name="config", overrides=job)
             except (HydraException, OmegaConfBaseException) as err:
                 raise ConfigError(f"invalid config: {_one_line(err)}") from None
-            key = str(sorted(job))
-            if key not in checked:
-                checked.add(key)
-                validate_job(cfg, root=conf_dir.parent, overrides=job)
+            validate_job(cfg, root=conf_dir.parent, overrides=job)
     return len(jobs)
 

@@ -20,18 +20,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from teng_eq import analysis, plots
-from teng_eq.tracking import (
-    SelectionError,
-    artifact_copies,
-    default_tracking_uri,
-    experiment_name,
-    latest_sweep,
-    load_runs,
-    log_analysis,
-    metric_curves,
-    sweep_run,
-)
+from teng_eq import analysis, plots, tracking
 
 
 def _fail(message: str):
@@ -128,11 +117,11 @@ def _run_losses(uri: str, df: pd.DataFrame, methods) -> dict:
     ids = list(df.loc[df["method"].isin(list(methods)), "run_id"])
     tables = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for run_id, path in artifact_copies(uri, ids, "tables/losses.csv", Path(tmp)).items():
+        for run_id, path in tracking.artifact_copies(uri, ids, "tables/losses.csv", Path(tmp)).items():
             table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
             if len(table) and np.isfinite(table[:, 1]).any():  # a global-in-time run has no t
                 tables[run_id] = table
-    step_loss = metric_curves(uri, list(tables), "step_loss")
+    step_loss = tracking.metric_curves(uri, list(tables), "step_loss")
     return {run_id: (table, step_loss[run_id]) for run_id, table in tables.items()}
 
 
@@ -140,15 +129,15 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
     """Select, tabulate, plot, log (``cfg``: ``conf/analyze.yaml`` composed; ``root``:
     the repo root, where the default store and ``reports/`` are); the output folder.
     Bad input: ``SystemExit("error: …")``."""
-    uri = cfg.tracking_uri or default_tracking_uri(root)
+    uri = cfg.tracking_uri or tracking.default_tracking_uri(root)
     sweep, exps, filter_string = _selection(cfg)
     try:
         parent = None
         if sweep is not None:
-            parent = sweep_run(uri, latest_sweep(uri) if sweep == "latest" else sweep)
+            parent = tracking.sweep_run(uri, tracking.latest_sweep(uri) if sweep == "latest" else sweep)
         sweep_id = None if parent is None else parent.info.run_id
-        runs = load_runs(uri, experiments=exps, sweep=sweep_id, filter_string=filter_string)
-    except SelectionError as err:
+        runs = tracking.load_runs(uri, experiments=exps, sweep=sweep_id, filter_string=filter_string)
+    except tracking.SelectionError as err:
         _fail(str(err))
     name = _selection_name(sweep_id, exps, filter_string)
     jobs, n_other = (analysis.select_jobs(runs) if len(runs) else (runs, 0))
@@ -159,7 +148,7 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
 
     df = analysis.tidy(jobs)
     df["pareto"] = analysis.pareto_by_equation(df)
-    curves = metric_curves(uri, list(df["run_id"]), "rel_l2")
+    curves = tracking.metric_curves(uri, list(df["run_id"]), "rel_l2")
     out = Path(cfg.out).resolve() if cfg.out else root / "reports" / name
     losses = _run_losses(uri, df, cfg.loss_overlay or ())
     methods, equations = list(cfg.method_order or ()), list(cfg.equation_order or ())
@@ -175,9 +164,9 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
         if cfg.log_experiment:
             log_exp = str(cfg.log_experiment)
         elif parent is not None:
-            log_exp = experiment_name(uri, parent.info.experiment_id)
+            log_exp = tracking.experiment_name(uri, parent.info.experiment_id)
         elif df["experiment_id"].nunique() == 1:
-            log_exp = experiment_name(uri, df["experiment_id"].iloc[0])
+            log_exp = tracking.experiment_name(uri, df["experiment_id"].iloc[0])
         else:
             log_exp = "analysis"
         of = sweep_id or f"experiments={exps} filter={filter_string}"
@@ -185,7 +174,7 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
                   "n_runs": len(df), "n_excluded": n_other}
         # A new experiment keeps its artifacts beside its sqlite store, as the default does.
         store = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else root
-        run_id = log_analysis(uri, log_exp, paths, analysis_of=of, run_name=f"analysis-{name}",
+        run_id = tracking.log_analysis(uri, log_exp, paths, analysis_of=of, run_name=f"analysis-{name}",
                               params=params, artifact_root=store / "mlruns")
         print(f"logged analysis run {run_id} in experiment {log_exp!r}")
     return out

@@ -1,12 +1,8 @@
-"""What solves and steps report, at the bottom of the numerics (lineax's
-``RESULTS`` pattern: one enumeration every solver imports downward).
-
-* :class:`RESULTS` — what a least-squares solve or an update ran into;
-  :data:`EVENTS` names the per-step counts of them that a run logs;
-* :class:`StepRecord` — what one step of any method reports: made on the device
-  by the method, completed on the host by the driver (step, time, measured
-  metrics), handed to the pipeline, replayed after a resume.
-"""
+"""What solves and steps report, at the bottom of the numerics (lineax's ``RESULTS``
+pattern): :class:`RESULTS`, what a least-squares solve or an update ran into (its
+per-step counts: :data:`EVENTS`); :class:`StepRecord`, what one step of any method
+reports, made on the device, completed on the host by the driver, handed to the
+pipeline, replayed after a resume."""
 
 from __future__ import annotations
 
@@ -76,7 +72,7 @@ class StepRecord(eqx.Module):
         return cls(losses=losses, lsq=lsq, metrics=metrics, **where)
 
     def at(self, **where) -> StepRecord:
-        """This record with ``step``/``of``/``t`` (and ``metrics``) replaced."""
+        """This record with ``step``, ``of``, ``t``, ``metrics`` replaced."""
         return dataclasses.replace(self, **where)
 
 

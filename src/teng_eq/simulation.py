@@ -1,14 +1,11 @@
 """A whole run of any method: reference, stepping, error at every step, checkpoints.
 
-The library's entry point for the pipeline: it takes a validated
-:class:`~teng_eq.config.RunConfig`, builds the method its ``method.impl`` names
-(:class:`~teng_eq.methods.base.Method`: θ₀ is the method's business) and
-reports each step to a callback as a :class:`~teng_eq.results.StepRecord`, so
-that progress bars and experiment tracking stay outside the numerics.
-
-Timing: ``runtime_s`` and the per-step ``wall_time_s`` count the compiled
-steps alone (each waited for); the error evaluation after a step is timed
-apart as ``eval_s``, compilation as ``compile_s``.
+The library's entry point for the pipeline: from a validated
+:class:`~teng_eq.config.RunConfig` it builds the method (θ₀ is the method's
+business) and reports each step to a callback as a :class:`~teng_eq.results.StepRecord`,
+so that progress bars and experiment tracking stay outside the numerics. Timing:
+``runtime_s`` and ``wall_time_s`` count the compiled steps alone (each waited for);
+the error evaluation is ``eval_s``, compilation ``compile_s``.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from teng_eq import checkpoint
 from teng_eq.checkpoint import CheckpointStore, History, state_bytes, state_from_bytes
 from teng_eq.config import RunConfig
 from teng_eq.errors import Diverged
@@ -81,21 +77,14 @@ def build_method(cfg: RunConfig, *, cache_dir=None, log: Callable[[str], None] |
 
 
 def load_network(cfg: RunConfig, path) -> eqx.Module:
-    """The network a run of ``cfg`` saved (``params/theta.eqx``)."""
-    return checkpoint.load_network(path, cfg.method.cls.network_template(cfg.method.options, cfg.problem))
+    """The network a run of ``cfg`` saved (``params/theta.eqx``, :func:`teng_eq.checkpoint.save_network`)."""
+    return eqx.tree_deserialise_leaves(path, cfg.method.cls.network_template(cfg.method.options, cfg.problem))
 
 
-def run_simulation(
-    cfg: RunConfig,
-    *,
-    on_step: Callable[[StepRecord], None] | None = None,
-    log: Callable[[str], None] | None = None,
-    cache_dir=None,
-    snapshot_steps: Sequence[int] = (),
-    checkpoints: CheckpointStore | None = None,
-    checkpoint_every: int | None = None,
-    divergence_factor: float = math.inf,
-) -> RunResult:
+def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | None = None,
+        log: Callable[[str], None] | None = None, cache_dir=None, snapshot_steps: Sequence[int] = (),
+        checkpoints: CheckpointStore | None = None, checkpoint_every: int | None = None,
+        divergence_factor: float = math.inf) -> RunResult:
     """Run ``cfg.method`` to ``t_final`` and measure the error at every time step.
 
     At each of ``snapshot_steps`` (time indices) the method's and the reference

@@ -40,7 +40,7 @@ from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, norm2
 from teng_eq.lstsq import least_squares_rows, row_blocks
 from teng_eq.model import ParamSpace
-from teng_eq.options import at_least
+from teng_eq.options import at_least, one_of
 from teng_eq.results import RESULTS, event_counts
 
 #: Stopping policies of a stage (see the module docstring).
@@ -60,8 +60,7 @@ class Stopping:
     floor: float
 
     def validate(self, prefix: str = "stopping") -> None:
-        if self.policy not in POLICIES:
-            bad(f"{prefix}.policy", self.policy, f"unknown, choose one of {list(POLICIES)}")
+        one_of(f"{prefix}.policy", self.policy, POLICIES)
         at_least(prefix, self, 1, "min_iters", "patience")
         if not 0 < self.rtol < 1:
             bad(f"{prefix}.rtol", self.rtol, "must be in (0, 1)")
@@ -252,15 +251,8 @@ class StageSolver(eqx.Module):
         theta_new, lsq, _ = self.update(theta, f.u, self.rows(f, subset), subset, target)
         return theta_new, self.norm2(target - f.u), lsq
 
-    def stage(
-        self,
-        theta: Float[Array, " params"],
-        target: Float[Array, " n"],
-        key: PRNGKeyArray,
-        iters: int,
-        n_first: int,
-        n_rest: int,
-    ) -> tuple[Float[Array, " params"], StageLog]:
+    def stage(self, theta: Float[Array, " params"], target: Float[Array, " n"], key: PRNGKeyArray, iters: int,
+            n_first: int, n_rest: int) -> tuple[Float[Array, " params"], StageLog]:
         """TENG iterations towards ``target``, at most ``iters`` of them (exactly
         ``iters`` under the ``fixed`` policy); the first draws ``n_first``
         parameters, the others ``n_rest``."""

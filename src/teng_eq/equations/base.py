@@ -35,7 +35,7 @@ from jaxtyping import Array, Float
 
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature
-from teng_eq.options import import_impl, options_from
+from teng_eq.options import import_impl, one_of, options_from
 from teng_eq.reference import reference_solution
 
 
@@ -69,9 +69,7 @@ class Equation(eqx.Module):
         """Value checks of :meth:`from_config` (extended by subclasses)."""
         if not self.nu > 0:
             bad(f"{prefix}.nu", self.nu, "must be a number > 0")
-        if self.initial_condition not in self.initial_conditions:
-            bad(f"{prefix}.initial_condition", self.initial_condition,
-                f"unknown, choose one of {sorted(self.initial_conditions)}")
+        one_of(f"{prefix}.initial_condition", self.initial_condition, sorted(self.initial_conditions))
 
     # --- domain ---------------------------------------------------------------------
 

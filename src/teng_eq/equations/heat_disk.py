@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.errors import bad
 from teng_eq.equations.base import Equation
+from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, circle_points, disk_quadrature
 from teng_eq.reference.bessel import BesselSeries, bessel_zero
 

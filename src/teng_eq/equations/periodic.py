@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.errors import bad
 from teng_eq.equations.base import Equation
+from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, cell_volume, grid_points, holdout_points
 
 

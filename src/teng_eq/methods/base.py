@@ -1,28 +1,21 @@
 """The interface every method implements, TENG and the baselines alike.
 
-A method is named by the ``impl`` key of its ``conf/method/*.yaml``; the other
-keys of that file are its :attr:`Method.Options` (a frozen dataclass that checks
-its own values), so a method receives only the settings it uses, as plain
-values, together with the :class:`Problem` every method solves.
+A method is named by the ``impl`` key of its ``conf/method/*.yaml``; the other keys
+are its :attr:`Method.Options` (a frozen dataclass that checks its own values): a
+method receives only the settings it uses, as plain values, and the :class:`Problem`.
+:func:`teng_eq.simulation.run_simulation` drives any :class:`Method`:
 
-:func:`teng_eq.simulation.run_simulation` drives a :class:`Method` without
-knowing which one it is:
-
-* ``method = cls.build(options, problem, cache_dir=…, log=…)``, after
-  ``cls.check(options, problem)`` has refused what the method cannot run;
-* ``state = method.init()``: the method's whole state at the start, a pytree of
-  arrays (checkpointed as it is);
-* ``state, record = method.step(state, key)``, ``method.steps`` times, compiled
-  once: a *sequential* method advances one time step Δt; a global-in-time one
-  (``sequential = False``, e.g. a PINN) runs one block of its optimisation;
-  ``record`` is a :class:`~teng_eq.results.StepRecord`;
-* ``method.values(state, points, t)``: û(x, t) at ``points``; a sequential
-  method's state holds one time, so it ignores ``t``;
+* ``cls.check(options, problem, name)`` refuses what it cannot run; then
+  ``method = cls.build(options, problem, cache_dir=…, log=…)``;
+* ``state = method.init()``: its whole state, a pytree of arrays (checkpointed as is);
+* ``state, record = method.step(state, key)``, ``method.steps`` times, compiled once:
+  a *sequential* method advances one Δt, a global-in-time one (``sequential = False``,
+  a PINN) runs one block of its optimisation; ``record``: a :class:`~teng_eq.results.StepRecord`;
+* ``method.values(state, points, t)``: û(x, t) (a sequential state holds one t);
 * ``method.network(state)``: the trained network, saved as ``params/theta.eqx``.
 
-:class:`ThetaMethod` is the base of the methods whose state is the flat
-parameter vector θ of the sequential network, started from the shared fitted
-θ₀ (TENG, TDVP, OBTI).
+:class:`ThetaMethod` is the base of the methods whose state is the flat parameter
+vector θ of the sequential network, started from the shared fitted θ₀ (TENG, TDVP, OBTI).
 """
 
 from __future__ import annotations
@@ -55,7 +48,7 @@ class Problem:
 
     @property
     def steps(self) -> int:
-        return int(round(self.t_final / self.dt))
+        return round(self.t_final / self.dt)
 
 
 class Method(eqx.Module):
@@ -105,7 +98,7 @@ class Method(eqx.Module):
     def holdout_limits(self):
         """The :class:`~teng_eq.integrators.Holdout` whose ratios a run is flagged by, or
         None for a method without a held-out check."""
-        return None
+        return
 
     def fit_report(self) -> FitReport | None:
         """How θ₀'s fit went, for a method that starts from one."""
@@ -191,6 +184,3 @@ class ThetaMethod(Method):
 
     def fit_report(self) -> FitReport | None:
         return self.report
-
-
-__all__ = ["Method", "Problem", "ThetaMethod", "ThetaOptions", "require_periodic_domain"]

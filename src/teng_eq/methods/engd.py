@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -51,9 +50,6 @@ class PINNENGD(PINN):
                 bad(f"{prefix}.line_search", self.line_search, "must be an integer >= 1")
             check_least_squares(prefix, self.solver, self.damping)
 
-    solver: str = eqx.field(static=True)
-    damping: float = eqx.field(static=True)
-
     @classmethod
     def check(cls, options, problem: Problem, name: str) -> None:
         super().check(options, problem, name)
@@ -61,14 +57,10 @@ class PINNENGD(PINN):
             bad("equation", problem.equation.name,
                 f"method {name} runs only linear equations (the paper's heat equations)")
 
-    @classmethod
-    def optimizer_fields(cls, options) -> dict:
-        return {"solver": options.solver, "damping": options.damping}
-
     def direction(self, theta: Float[Array, " params"]) -> tuple[Float[Array, " params"], Float[Array, ""]]:
         """The natural gradient ``d = G⁺∇L`` at θ and the least-squares residual ``‖J d − 2ρ‖₂²``."""
         rho, jac = self.residuals(theta), self.jacobian(theta)
-        d = least_squares(jac, 2.0 * rho, self.solver, self.damping)
+        d = least_squares(jac, 2.0 * rho, self.options.solver, self.options.damping)
         r = jac @ d - 2.0 * rho
         return d, jnp.sum(r * r)
 

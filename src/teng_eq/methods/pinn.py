@@ -146,12 +146,7 @@ class PINN(Method):
                    theta_init=space.flatten(net), interior=interior,
                    interior_weight=float(np.prod(scale)) / options.collocation, initial=points,
                    initial_weights=jnp.asarray(quadrature.weights), u0=jax.vmap(equation.u0)(points),
-                   options=options, **cls.optimizer_fields(options))
-
-    @classmethod
-    def optimizer_fields(cls, options) -> dict:
-        """Values of a subclass's own fields, from its ``options``."""
-        return {}
+                   options=options)
 
     # -- the loss ---------------------------------------------------------------------------
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 
 import equinox as eqx
-
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.errors import bad
 from teng_eq.initial_fit import check_least_squares
 from teng_eq.integrators import TABLEAUS, Holdout, TENGStep
 from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions
-from teng_eq.options import at_least
+from teng_eq.options import at_least, one_of
 from teng_eq.results import StepRecord
 from teng_eq.stepper import StageSolver, Stopping
 
@@ -47,8 +46,7 @@ class TENG(ThetaMethod):
 
         def validate(self, prefix: str) -> None:
             ThetaOptions.validate(self, prefix)
-            if self.integrator not in TABLEAUS:
-                bad(f"{prefix}.integrator", self.integrator, f"unknown, choose one of {sorted(TABLEAUS)}")
+            one_of(f"{prefix}.integrator", self.integrator, sorted(TABLEAUS))
             at_least(prefix, self, 1, "iters", "iters_later")
             check_least_squares(prefix, self.solver, self.damping)
             if self.holdout.grid is not None and self.grid % self.holdout.grid:

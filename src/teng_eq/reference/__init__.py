@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from teng_eq.reference.etdrk4 import ETDRK4Solution, Pseudospectral, etdrk4_coefficients, spectral_solve
+from teng_eq.reference.etdrk4 import ETDRK4Solution, Pseudospectral, etdrk4_coefficients
 from teng_eq.reference.fourier import DecayingModes, ExactFourier, FourierSolution, SpectralSolution
 
 
@@ -48,5 +48,5 @@ def save_npz(path, equation, solution, m: int) -> Path:
 
 __all__ = [
     "DecayingModes", "ETDRK4Solution", "ExactFourier", "FourierSolution", "Pseudospectral",
-    "SpectralSolution", "etdrk4_coefficients", "reference_solution", "save_npz", "spectral_solve",
+    "SpectralSolution", "etdrk4_coefficients", "reference_solution", "save_npz",
 ]

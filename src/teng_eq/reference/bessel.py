@@ -54,10 +54,6 @@ class BesselSolution:
         """``c_mn e^{−ν λ_nm² t_k}``, one per mode."""
         return self.coefficients * np.exp(self.rates * self.times[k])
 
-    def at_points(self, k: int, points) -> np.ndarray:
-        """u(·, t_k) at any Cartesian ``points`` (P, 2)."""
-        return disk_harmonics(self.modes, points) @ self.amplitudes(k)
-
     def values(self, k: int, m: int) -> np.ndarray:
         """u(·, t_k) at the points of ``equation.evaluation(m)``."""
         if m not in self._tables:

@@ -166,7 +166,7 @@ def _step_sizes(times: np.ndarray, dt: float) -> list[tuple[float, int]]:
 def _step_plan(times: np.ndarray, dt: float) -> list[tuple[float, int]]:
     """(h used, steps) per interval: :func:`_step_sizes`, except that intervals equal
     but for round-off (times = arange(k)·Δ: up to 3e-13 relative at k = 4000) take the
-    h of the first of them, so that its weights (~0.1 s each to compute) are reused;
+    h of the first of them, so that its weights (costly to compute) are reused;
     the time reached is then off by that same round-off, far below the step error."""
     plan, h_now = [], None
     for h, steps in _step_sizes(times, dt):
@@ -332,16 +332,10 @@ class Pseudospectral:
         shape = tuple(int(v) for v in n) if isinstance(n, (tuple, list)) else (int(n),) * equation.dim
         return times, shape, float(dt_default if dt is None else dt)
 
-    def solve(self, equation, times, *, n=None, dt: float | None = None) -> ETDRK4Solution:
-        """The ETDRK4 solution at ``times`` (no cache); ``n``, ``dt``: None for :meth:`default`.
-
-        Steps of at most ``dt``, shortened so that each of ``times`` is reached exactly
-        (:func:`_step_sizes`).
-        """
-        return solve(equation, *self._resolve(equation, times, n, dt), self.degree, self.memory)
-
     def solution(self, equation, times, *, cache_dir=None, n=None, dt: float | None = None) -> ETDRK4Solution:
-        """:meth:`solve`, cached as ``<cache_dir>/reference-<sha256>.npz`` (the checkpoints
+        """The ETDRK4 solution at ``times``: steps of at most ``dt``, shortened so that each
+        of ``times`` is reached exactly (:func:`_step_sizes`); ``n``, ``dt``: None for
+        :meth:`default`. Cached as ``<cache_dir>/reference-<sha256>.npz`` (the checkpoints
         only), keyed by the equation (class, name, ν, lengths, initial condition), the
         resolution, the exact bytes of ``times`` and :data:`CACHE_VERSION`; a
         self-checking entry (:func:`teng_eq.cache.store_arrays`): a damaged or stale
@@ -351,20 +345,11 @@ class Pseudospectral:
         times, shape, dt = self._resolve(equation, times, n, dt)
         if cache_dir is False:
             return solve(equation, times, shape, dt, self.degree, self.memory)
-        key = digest(
-            {
-                "version": CACHE_VERSION,
-                "impl": f"{type(equation).__module__}:{type(equation).__qualname__}",
-                "equation": equation.name,
-                "nu": repr(float(equation.nu)),
-                "lengths": [repr(float(v)) for v in equation.lengths],
-                "initial_condition": equation.initial_condition,
-                "n": list(shape),
-                "dt": repr(dt),
-                "degree": self.degree,
-            },
-            times.astype("<f8").tobytes(),
-        )
+        key = digest({"version": CACHE_VERSION, "impl": f"{type(equation).__module__}:{type(equation).__qualname__}",
+                      "equation": equation.name, "nu": repr(float(equation.nu)),
+                      "lengths": [repr(float(v)) for v in equation.lengths],
+                      "initial_condition": equation.initial_condition, "n": list(shape), "dt": repr(dt),
+                      "degree": self.degree}, times.astype("<f8").tobytes())
         path = cache_dir_of(cache_dir) / f"reference-{key}.npz"
         cached = load_arrays(path, {"reference": key})  # self-checking: None when missing, damaged or stale
         if cached is not None:
@@ -374,9 +359,3 @@ class Pseudospectral:
         store_arrays(path, {"times": times, "stride": np.asarray(solution.stride),
                             "checkpoints": solution.checkpoints}, {"reference": key})
         return solution
-
-
-def spectral_solve(equation, times, n=None, dt: float | None = None) -> ETDRK4Solution:
-    """The ETDRK4 solution of an equation whose reference scheme is :class:`Pseudospectral`
-    (no cache); ``n``, ``dt``: None for the scheme's defaults."""
-    return equation.reference_scheme().solve(equation, times, n=n, dt=dt)

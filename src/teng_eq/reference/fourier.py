@@ -143,14 +143,10 @@ def wavenumbers(shape, lengths) -> list[np.ndarray]:
 
 def initial_spectrum(equation, shape) -> np.ndarray:
     """``rfftn`` of ``equation.u0`` sampled on the ``shape`` grid of its box."""
-    mesh = np.meshgrid(*grid_axes_per(shape, equation.lengths), indexing="ij")
+    axes = (grid_axes(n, [length])[0] for n, length in zip(shape, equation.lengths))
+    mesh = np.meshgrid(*axes, indexing="ij")
     u0 = np.asarray(equation.u0(np.stack(mesh)), dtype=np.float64)
     return sfft.rfftn(u0, workers=_WORKERS)
-
-
-def grid_axes_per(shape, lengths) -> list[np.ndarray]:
-    """``x_i = L_d i / n_d`` along each axis (n_d points on axis d)."""
-    return [grid_axes(n, [length])[0] for n, length in zip(shape, lengths)]
 
 
 def drop_nyquist(coef: np.ndarray, shape) -> np.ndarray:
@@ -184,8 +180,6 @@ class ExactFourier:
             raise ValueError(f"n must be even, got {n}")
         shape = (n,) * equation.dim
         u0_hat = drop_nyquist(initial_spectrum(equation, shape), shape)
-        rates = 0.0
-        for k in wavenumbers(shape, equation.lengths):
-            rates = rates + k**2
+        rates = sum(k**2 for k in wavenumbers(shape, equation.lengths))
         return DecayingModes(times=times, initial=u0_hat, rates=-equation.nu * rates,
                              lengths=tuple(equation.lengths), shape=shape)

@@ -68,13 +68,8 @@ def sweep_run(tracking_uri: str, run_id: str):
     return run
 
 
-def load_runs(
-    tracking_uri: str,
-    *,
-    experiments: list[str] | tuple[str, ...] | None = None,
-    sweep: str | None = None,
-    filter_string: str | None = None,
-):
+def load_runs(tracking_uri: str, *, experiments: list[str] | tuple[str, ...] | None = None,
+        sweep: str | None = None, filter_string: str | None = None):
     """Runs as a ``mlflow.search_runs`` pandas DataFrame, every status and kind.
 
     ``experiments``: names to search (default: all); ``sweep``: a parent run id,
@@ -153,16 +148,9 @@ def experiment_name(tracking_uri: str, experiment_id: str) -> str:
     return _open_store(tracking_uri).get_experiment(experiment_id).name
 
 
-def log_analysis(
-    tracking_uri: str,
-    experiment: str,
-    paths: list[Path],
-    *,
-    analysis_of: str,
-    params: Mapping[str, str] | None = None,
-    artifact_root: Path | None = None,
-    run_name: str | None = None,
-) -> str:
+def log_analysis(tracking_uri: str, experiment: str, paths: list[Path], *, analysis_of: str,
+        params: Mapping[str, str] | None = None, artifact_root: Path | None = None,
+        run_name: str | None = None) -> str:
     """Log ``paths`` (files or folders) as artifacts under ``reports/`` of a new run
     tagged ``run_kind=analysis``, ``analysis_of=<what>``, in ``experiment``; its id."""
     tags = {"run_kind": "analysis", "analysis_of": analysis_of}

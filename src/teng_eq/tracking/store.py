@@ -11,7 +11,6 @@ runs KILLED, so that no run stays RUNNING after its process died.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket

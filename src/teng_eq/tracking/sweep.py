@@ -183,14 +183,7 @@ class SweepCallback:
         client.set_terminated(run_id, status="FAILED")
         return reason
 
-    def on_run_start(self, config, **kwargs) -> None:
-        pass
+    def _nothing(self, *args, **kwargs) -> None:
+        """Hydra's other callback events: nothing to do."""
 
-    def on_run_end(self, config, **kwargs) -> None:
-        pass
-
-    def on_job_start(self, config, **kwargs) -> None:
-        pass
-
-    def on_job_end(self, config, job_return, **kwargs) -> None:
-        pass
+    on_run_start = on_run_end = on_job_start = on_job_end = _nothing

@@ -2,9 +2,9 @@
 batches, ended FINISHED, FAILED or KILLED.
 
 Curves go through ``MlflowClient.log_batch`` (one call per 1000 points, not one
-per point: ~18 ms each on a 2-core machine). MLflow itself is imported on first
-use (``import mlflow`` takes ~2 s): the run is opened in a background thread,
-so that import overlaps the job's own start-up.
+per point). MLflow itself is imported on first use (its import takes seconds):
+the run is opened in a background thread, so that import overlaps the job's own
+start-up (docs/performance.md, "Tracking overhead").
 
 **Resume.** A job run carries its ``config_hash`` tag (the numerics of its
 config). Opening a run for a hash with ``resume=True`` looks in the experiment
@@ -235,17 +235,9 @@ def _open_run(tracking_uri, experiment, artifact_root, run_name, tags, config_ha
 
 
 @contextlib.contextmanager
-def tracked_run(
-    tracking_uri: str,
-    experiment: str,
-    *,
-    artifact_root: Path | None = None,
-    run_name: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    parent_run_id: str | None = None,
-    config_hash: str | None = None,
-    resume: bool = False,
-) -> Iterator[RunLogger]:
+def tracked_run(tracking_uri: str, experiment: str, *, artifact_root: Path | None = None,
+        run_name: str | None = None, tags: Mapping[str, str] | None = None, parent_run_id: str | None = None,
+        config_hash: str | None = None, resume: bool = False) -> Iterator[RunLogger]:
     """An MLflow run that ends FINISHED, FAILED (``failure_reason`` set, plus the
     exception's own ``tags`` mapping if it has one) or KILLED (on
     ``KeyboardInterrupt``); a child of ``parent_run_id`` when given (it may live
