@@ -114,7 +114,8 @@ def test_damaged_theta0_is_refitted(tmp_path, monkeypatch, damage, caplog):
     def fit(net, u0, quadrature, *, key, fit, log=None):  # stands for the minutes-long fit
         fits.append(1)
         return jnp.arange(5.0) * len(fits), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
-                                                      converged=True, stage1_s=1.0, stage2_s=2.0)
+                                                      converged=True, stage1_s=1.0, stage2_s=2.0,
+                                                      stage2_damping=1e-8)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     description = {"initial_condition": "sines2d", "grid": 32, "seed": 0}
@@ -140,7 +141,8 @@ def test_a_fit_above_its_tolerance_is_returned_but_not_cached(tmp_path, monkeypa
     def fit(net, u0, quadrature, *, key, fit, log=None):
         fits.append(1)
         return jnp.arange(5.0), FitReport(stage1_loss=1e-8, stage2_loss=1e-10, stage2_rel_loss=1e-10,
-                                          converged=False, stage1_s=1.0, stage2_s=2.0)
+                                          converged=False, stage1_s=1.0, stage2_s=2.0,
+                                          stage2_damping=1e-8)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     call = {"net": None, "u0": None, "quadrature": None, "key": None,

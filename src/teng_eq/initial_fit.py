@@ -49,33 +49,52 @@ from teng_eq.model import ParamSpace, TENGNet
 from teng_eq.options import at_least, one_of
 from teng_eq.stepper import BestSoFar, Factors, StageSolver, random_subset
 
+#: Iterations per jitted chunk of a fit stage: the unit of its ``patience`` and of its log.
+CHUNK = 25
+
 
 @dataclasses.dataclass(frozen=True)
 class FitOptions:
-    """θ₀'s fit (the ``fit`` config group): each stage's tolerance, parameters drawn
-    and iteration cap, the Levenberg–Marquardt polish, the ``patience`` (chunks of
-    25 iterations without halving the loss) of stage 2, and the least squares of
-    stage 2 (``solver``, ``damping``: by default those of the time steps)."""
+    """θ₀'s fit (the ``fit`` config group).
 
+    ``grid``: points per dimension of θ₀'s own quadrature (None: the run's grid);
+    θ₀ is a property of the initial condition, not of the run, so it may be fitted
+    on a finer grid than the steps use (the paper: 1024² for every 2-D run).
+    Each stage's budget: its tolerance, parameters drawn, iteration cap and
+    ``patience`` (chunks of :data:`CHUNK` iterations in a row that did not halve its
+    loss), for stage 1 (value+gradient), stage 2 (value, plain iterations) and
+    stage 2's Levenberg–Marquardt polish (``stage2_polish_iters``, 0: none); the
+    least squares of stage 2 (``solver``, ``damping``: by default those of the
+    time steps)."""
+
+    grid: int | None
     stage1_tol: float
     stage1_subsample: int
     stage1_max_iters: int
+    stage1_patience: int
     stage2_tol: float
     stage2_subsample: int
     stage2_max_iters: int
+    stage2_patience: int
     stage2_polish_iters: int
-    patience: int
+    polish_patience: int
     solver: str
     damping: float
 
     def validate(self, prefix: str) -> None:
+        if self.grid is not None and self.grid < 8:
+            bad(f"{prefix}.grid", self.grid, "must be an integer >= 8, or null (the run's grid)")
         for key in ("stage1_tol", "stage2_tol"):
             if not getattr(self, key) > 0:
                 bad(f"{prefix}.{key}", getattr(self, key), "must be > 0")
-        at_least(prefix, self, 1, "stage1_subsample", "stage1_max_iters", "stage2_subsample",
-                 "stage2_max_iters", "patience")
+        at_least(prefix, self, 1, "stage1_subsample", "stage1_max_iters", "stage1_patience", "stage2_subsample",
+                 "stage2_max_iters", "stage2_patience", "polish_patience")
         at_least(prefix, self, 0, "stage2_polish_iters")
         check_least_squares(prefix, self.solver, self.damping)
+
+    def grid_for(self, run_grid: int) -> int:
+        """Points per dimension of θ₀'s quadrature for a run on ``run_grid``."""
+        return run_grid if self.grid is None else self.grid
 
 
 def check_least_squares(prefix: str, solver: str, damping: float) -> None:
@@ -89,7 +108,8 @@ def check_least_squares(prefix: str, solver: str, damping: float) -> None:
 @dataclasses.dataclass(frozen=True)
 class FitReport:
     """How θ₀'s fit went: each stage's final loss and time, the relative loss
-    ``stage2_loss / ‖u₀‖²``, whether it reached ``stage2_tol`` (``converged``) and
+    ``stage2_loss / ‖u₀‖²``, the damping stage 2's plain iterations ran at
+    (:func:`value_stage`), whether it reached ``stage2_tol`` (``converged``) and
     whether it came from the cache."""
 
     stage1_loss: float
@@ -98,6 +118,7 @@ class FitReport:
     converged: bool
     stage1_s: float
     stage2_s: float
+    stage2_damping: float
     cached: bool = False
 
     @property
@@ -129,7 +150,7 @@ def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float
 
 def levenberg_marquardt(residual: Callable[[Array], Array], jacobian: Callable[[Array, Array], Array],
         theta: Float[Array, " params"], weight: float, *, key, subsample: int, tol: float, max_iters: int,
-        chunk: int = 25, patience: int = 4, log: Callable[[str], None] | None = None, label: str = "fit"):
+        patience: int, chunk: int = CHUNK, log: Callable[[str], None] | None = None, label: str = "fit"):
     """Minimise ``w‖r(θ)‖²`` by damped Gauss–Newton on random parameter subsets S.
 
     Each iteration solves ``(J_SᵀJ_S + λ·tr(J_SᵀJ_S)/|S| · I) Δ = −J_Sᵀ r`` and keeps
@@ -169,7 +190,7 @@ def levenberg_marquardt(residual: Callable[[Array], Array], jacobian: Callable[[
 
 
 def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Array, " n"], *, key,
-        subsample: int, tol: float, max_iters: int, chunk: int = 25, patience: int = 4,
+        subsample: int, tol: float, max_iters: int, patience: int, chunk: int = CHUNK,
         log: Callable[[str], None] | None = None, label: str = "fit"):
     """Plain TENG iterations (undamped Gauss–Newton on subsets) towards ``target``,
     keeping the best θ seen (:class:`~teng_eq.stepper.BestSoFar`). Returns ``(θ, loss)``.
@@ -243,24 +264,64 @@ def odd_under_half_shift(equation: Equation, grid: int, tol: float = 1e-12) -> b
     return True
 
 
-def resolve_init(init: str, equation: Equation, grid: int) -> str:
+def resolve_init(init: str, equation: Equation, *grids: int) -> str:
     """The network initialisation to use for ``init``: ``"auto"`` is ``"odd"`` where
-    the solution is odd under the half-period shift (:func:`odd_under_half_shift`;
-    the paper's initial condition under heat and Allen–Cahn) and ``"paper"``
-    elsewhere (Burgers, whose ``u·∇u`` is even, or a condition without the
-    symmetry; what it buys: README "Accuracy"). Any other value is returned as given."""
+    the solution is odd under the half-period shift (:func:`odd_under_half_shift`)
+    on every one of ``grids`` (the run's and θ₀'s: each fit keeps the symmetry only
+    on a grid that maps onto itself) — the paper's initial condition under heat
+    and Allen–Cahn — and ``"paper"`` elsewhere (Burgers, whose ``u·∇u`` is even, or
+    a condition without the symmetry; what it buys: README "Accuracy"). Any other
+    value is returned as given."""
     if init != "auto":
         return init
-    return "odd" if odd_under_half_shift(equation, grid) else "paper"
+    return "odd" if all(odd_under_half_shift(equation, grid) for grid in grids) else "paper"
 
 
 #: Bump when the fitting procedure changes, so stale θ₀ files are not reused.
-FIT_VERSION = 5
+FIT_VERSION = 6
 
 
 def fit_key(description: dict) -> str:
     """Cache name of the θ₀ that ``description`` determines."""
     return digest({**description, "version": FIT_VERSION})[:16]
+
+
+#: Tries of stage 2's plain iterations, each at ten times the damping of the one before,
+#: when a try's first chunk does not lower the loss at all (see :func:`value_stage`).
+DAMPING_TRIES = 3
+
+
+def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, " params"],
+        target: Float[Array, " n"], fit: FitOptions, *, key, log: Callable[[str], None] | None = None):
+    """Stage 2's plain iterations (:func:`refine`) towards ``target`` at the least
+    damping that makes progress: ``fit.damping`` first; where its first chunk of
+    :data:`CHUNK` iterations leaves the loss where it started (the undamped steps
+    overshoot into directions the subset Jacobian barely sees, and
+    :class:`~teng_eq.stepper.BestSoFar` keeps the start), again from the start at ten
+    times the damping, at most :data:`DAMPING_TRIES` tries. Less damping takes the
+    loss further (docs/performance.md, "θ₀"), but how little a fit stands
+    depends on the network's start (``init``) and the condition.
+
+    Returns ``(θ, loss, damping used)``. Goes on while it improves (tol 0):
+    ``stage2_tol`` judges the result, it does not stop the fit half-way.
+    """
+    damping = fit.damping
+    sub = min(fit.stage2_subsample, space.size)
+    k_try, k_rest = jax.random.split(key)
+    for attempt in range(DAMPING_TRIES):
+        solver = StageSolver(space, quadrature, fit.solver, damping)
+        start = float(solver.loss(theta, target))
+        first, loss = refine(solver, theta, target, key=k_try, subsample=sub, tol=0.0,
+                             max_iters=min(CHUNK, fit.stage2_max_iters), patience=1, log=log,
+                             label=f"θ₀ stage 2 (value, damping {damping:.0e})")
+        if loss < start or attempt == DAMPING_TRIES - 1:
+            break
+        damping *= 10
+    if fit.stage2_max_iters > CHUNK:
+        first, loss = refine(solver, first, target, key=k_rest, subsample=sub, tol=0.0,
+                             max_iters=fit.stage2_max_iters - CHUNK, patience=fit.stage2_patience,
+                             log=log, label=f"θ₀ stage 2 (value, damping {damping:.0e})")
+    return first, loss, damping
 
 
 def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
@@ -292,25 +353,21 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     theta, loss1 = levenberg_marquardt(
         residual1, jacobian1, space.flatten(net), solver.weight, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
-        max_iters=fit.stage1_max_iters, log=log, label="θ₀ stage 1 (value+gradient)",
+        max_iters=fit.stage1_max_iters, patience=fit.stage1_patience, log=log,
+        label="θ₀ stage 1 (value+gradient)",
     )
     t1 = time.perf_counter()
-    # Stage 2 goes on while it improves (tol 0): stage2_tol judges the result,
-    # it does not stop the fit half-way to the loss it could reach.
-    theta, loss2 = refine(
-        solver, theta, target2, key=k2, subsample=sub2, tol=0.0, max_iters=fit.stage2_max_iters,
-        patience=fit.patience, log=log, label="θ₀ stage 2 (value)",
-    )
+    theta, loss2, damping = value_stage(space, quadrature, theta, target2, fit, key=k2, log=log)
     if fit.stage2_polish_iters > 0:
         theta, loss2 = levenberg_marquardt(
             lambda th: solver.scaled(solver.values(th) - target2),
             lambda th, subset: solver.scaled(solver.jacobian(th, subset)[1]).T,
             theta, solver.weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
-            patience=fit.patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
+            patience=fit.polish_patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
         )
     report = FitReport(stage1_loss=loss1, stage2_loss=loss2, stage2_rel_loss=loss2 / norm,
                        converged=bool(loss2 <= fit.stage2_tol * norm), stage1_s=t1 - t0,
-                       stage2_s=time.perf_counter() - t1)
+                       stage2_s=time.perf_counter() - t1, stage2_damping=damping)
     return theta, report
 
 

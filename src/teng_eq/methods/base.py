@@ -115,7 +115,7 @@ def require_periodic_domain(problem: Problem, name: str) -> None:
 @dataclasses.dataclass(frozen=True)
 class ThetaOptions:
     """What every :class:`ThetaMethod` takes: the quadrature ``grid`` (points per
-    dimension) of its fits, its ``network`` and θ₀'s ``fit``."""
+    dimension) of its steps' fits, its ``network`` and θ₀'s ``fit`` (with its own grid)."""
 
     grid: int
     network: NetworkConfig
@@ -149,24 +149,28 @@ class ThetaMethod(Method):
     @classmethod
     def network_template(cls, options: ThetaOptions, problem: Problem) -> TENGNet:
         eq = problem.equation
-        init = resolve_init(options.network.init, eq, options.grid)
+        init = resolve_init(options.network.init, eq, options.grid, options.fit.grid_for(options.grid))
         return build_network(options.network, eq.dim, eq.periods, problem.seed, init)
 
     @classmethod
     def build(cls, options: ThetaOptions, problem: Problem, *, cache_dir=None, log=None) -> ThetaMethod:
-        """Build the network, fit (or load) θ₀ and the subclass's :meth:`parts`."""
+        """Build the network, fit (or load) θ₀ on its own grid (``fit.grid``) and the
+        subclass's :meth:`parts` on the run's."""
         eq = problem.equation
         net = cls.network_template(options, problem)
-        quadrature = eq.quadrature(options.grid)
+        fit_grid = options.fit.grid_for(options.grid)
+        # θ₀ depends on the grid it was fitted on, not on the run's: runs on different
+        # grids share one θ₀ fitted on the same fit grid.
         description = dict(**eq.fit_description(), network={**dataclasses.asdict(options.network),
                                                              "init": net.init},
-                           grid=options.grid, seed=problem.seed, fit=dataclasses.asdict(options.fit))
+                           grid=fit_grid, seed=problem.seed,
+                           fit=dataclasses.asdict(dataclasses.replace(options.fit, grid=fit_grid)))
         _, key = jax.random.split(jax.random.PRNGKey(problem.seed))
-        theta0, report = cached_initial_parameters(net, eq.u0, quadrature, key=key, fit=options.fit,
+        theta0, report = cached_initial_parameters(net, eq.u0, eq.quadrature(fit_grid), key=key, fit=options.fit,
                                                    description=description, directory=cache_dir, log=log)
         space = ParamSpace(net)
         return cls(steps=problem.steps, space=space, theta0=theta0, report=report,
-                   **cls.parts(options, problem, space, quadrature))
+                   **cls.parts(options, problem, space, eq.quadrature(options.grid)))
 
     @classmethod
     def parts(cls, options, problem: Problem, space: ParamSpace, quadrature: Quadrature) -> dict:
