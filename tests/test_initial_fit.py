@@ -1,8 +1,11 @@
 """θ₀ on its own terms: its own grid (``fit.grid``), each stage's budget, and the damping
 of stage 2's plain iterations (:func:`teng_eq.initial_fit.value_stage`)."""
 
+import dataclasses
 
+import jax.numpy as jnp
 import numpy as np
+import pytest
 from conftest import make_config
 
 from teng_eq import initial_fit
@@ -42,3 +45,32 @@ def test_odd_init_needs_every_grid_symmetric():
     assert resolve_init("auto", heat, 64, 128) == "odd"
     assert resolve_init("auto", heat, 64, 63) == "paper"
     assert resolve_init("paper", heat, 64, 64) == "paper"
+
+
+def test_stage2_raises_its_damping_only_where_the_iterations_are_stuck(monkeypatch):
+    """:func:`~teng_eq.initial_fit.value_stage` keeps the first damping whose plain
+    iterations make progress, tenfold steps from ``fit.damping``, and ends at the last
+    try's result when none does."""
+    cfg = make_config("equation.initial_condition=sines2d", "grid=16", "network.init=paper")
+    method = cfg.method
+    net = method.cls.network_template(method.options, cfg.problem)
+    space = ParamSpace(net)
+    theta = space.flatten(net)
+    tried = []
+
+    def fake_refine(solver, theta, target, *, give_up_if_stuck, **kw):
+        tried.append((solver.damping, give_up_if_stuck))
+        moves = solver.damping >= moves_from
+        return (theta + 1.0 if moves else theta), (1e-9 if moves else 1.0)
+
+    monkeypatch.setattr(initial_fit, "refine", fake_refine)
+    fit = dataclasses.replace(method.options.fit, damping=1e-9)
+    quadrature = cfg.equation.quadrature(16)
+    for moves_from, expected in ((1e-9, [1e-9]), (1e-8, [1e-9, 1e-8]), (1.0, [1e-9, 1e-8, 1e-7])):
+        tried.clear()
+        fitted, loss, damping = initial_fit.value_stage(space, quadrature, theta, jnp.zeros(256), fit, key=None)
+        assert [d for d, _ in tried] == pytest.approx(expected) and damping == pytest.approx(expected[-1])
+        assert [g for _, g in tried] == [True] * (len(expected) - 1) + [len(expected) < 3]
+        moved = moves_from <= expected[-1]
+        np.testing.assert_array_equal(fitted, theta + 1.0 if moved else theta)
+        assert loss == (1e-9 if moved else 1.0)

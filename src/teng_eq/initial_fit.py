@@ -129,10 +129,12 @@ class FitReport:
 
 def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float], *, tol: float,
                    max_iters: int, chunk: int, patience: int, log: Callable[[str], None] | None,
-                   label: str, describe: Callable[[object], str] = lambda carry: ""):
+                   label: str, describe: Callable[[object], str] = lambda carry: "",
+                   give_up: Callable[[object], bool] | None = None):
     """Run ``carry = run_chunk(carry)`` (``chunk`` iterations, jitted) until
     ``loss_of(carry) < tol``, ``max_iters`` iterations, or ``patience`` chunks in a
-    row that did not halve the best loss; each chunk reported to ``log``."""
+    row that did not halve the best loss; each chunk reported to ``log``. With
+    ``give_up``, stop after the first chunk where ``give_up(carry)``."""
     best, stale = loss_of(carry), 0
     for c in range(max(1, max_iters // chunk)):
         if loss_of(carry) < tol:
@@ -141,6 +143,8 @@ def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float
         current = loss_of(carry)
         if log is not None:
             log(f"{label}: iter {(c + 1) * chunk} loss {current:.3e}{describe(carry)}")
+        if c == 0 and give_up is not None and give_up(carry):
+            break
         stale = 0 if current < 0.5 * best else stale + 1
         best = min(best, current)
         if stale >= patience:
@@ -191,9 +195,11 @@ def levenberg_marquardt(residual: Callable[[Array], Array], jacobian: Callable[[
 
 def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Array, " n"], *, key,
         subsample: int, tol: float, max_iters: int, patience: int, chunk: int = CHUNK,
-        log: Callable[[str], None] | None = None, label: str = "fit"):
-    """Plain TENG iterations (undamped Gauss–Newton on subsets) towards ``target``,
-    keeping the best θ seen (:class:`~teng_eq.stepper.BestSoFar`). Returns ``(θ, loss)``.
+        log: Callable[[str], None] | None = None, label: str = "fit", give_up_if_stuck: bool = False):
+    """Plain TENG iterations (Gauss–Newton on subsets, the solver's damping) towards
+    ``target``, keeping the best θ seen (:class:`~teng_eq.stepper.BestSoFar`).
+    Returns ``(θ, loss)``; with ``give_up_if_stuck``, stops after the first chunk if
+    no iterate of it was better than θ (then returns θ itself).
 
     Near the optimum these steps are not monotone: a step can raise the loss and
     still lead on to a much lower one, where a monotone (Levenberg–Marquardt)
@@ -211,6 +217,7 @@ def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Ar
         jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, body, carry)),
         (theta, BestSoFar(theta, jnp.asarray(jnp.inf)), key), lambda carry: float(carry[1].loss),
         tol=tol, max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label,
+        give_up=(lambda carry: bool(jnp.all(carry[1].theta == theta))) if give_up_if_stuck else None,
     )
     return carry[1].theta, float(carry[1].loss)
 
@@ -307,21 +314,15 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
     """
     damping = fit.damping
     sub = min(fit.stage2_subsample, space.size)
-    k_try, k_rest = jax.random.split(key)
     for attempt in range(DAMPING_TRIES):
+        last = attempt == DAMPING_TRIES - 1
         solver = StageSolver(space, quadrature, fit.solver, damping)
-        start = float(solver.loss(theta, target))
-        first, loss = refine(solver, theta, target, key=k_try, subsample=sub, tol=0.0,
-                             max_iters=min(CHUNK, fit.stage2_max_iters), patience=1, log=log,
-                             label=f"θ₀ stage 2 (value, damping {damping:.0e})")
-        if loss < start or attempt == DAMPING_TRIES - 1:
-            break
+        fitted, loss = refine(solver, theta, target, key=key, subsample=sub, tol=0.0,
+                              max_iters=fit.stage2_max_iters, patience=fit.stage2_patience, log=log,
+                              label=f"θ₀ stage 2 (value, damping {damping:.0e})", give_up_if_stuck=not last)
+        if last or not bool(jnp.all(fitted == theta)):
+            return fitted, loss, damping
         damping *= 10
-    if fit.stage2_max_iters > CHUNK:
-        first, loss = refine(solver, first, target, key=k_rest, subsample=sub, tol=0.0,
-                             max_iters=fit.stage2_max_iters - CHUNK, patience=fit.stage2_patience,
-                             log=log, label=f"θ₀ stage 2 (value, damping {damping:.0e})")
-    return first, loss, damping
 
 
 def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
