@@ -183,7 +183,7 @@ def test_best_so_far_keeps_the_lowest_loss():
 def test_a_tableau_checks_itself():
     """The tableaus in use satisfy Butcher's order conditions; an inconsistent one, or a
     row of the wrong length, is refused when it is made."""
-    assert sorted(TABLEAUS) == ["euler", "heun", "rk4"] and (EULER.order, HEUN.order, RK4.order) == (1, 2, 4)
+    assert sorted(TABLEAUS) == ["bs3", "euler", "heun", "rk4"] and (EULER.order, HEUN.order, RK4.order) == (1, 2, 4)
     with pytest.raises(ValueError, match="not of order 2: order condition 2"):
         ButcherTableau("bad", a=((0.5,),), b=(0.5, 0.5), order=2)  # c₂ = ½ needs b = (0, 1)
     with pytest.raises(ValueError, match="not of order 1: order condition 1"):
