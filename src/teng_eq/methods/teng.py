@@ -15,6 +15,7 @@ import equinox as eqx
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.errors import bad
+from teng_eq.estimate import Defect
 from teng_eq.initial_fit import check_least_squares
 from teng_eq.integrators import TABLEAUS, Holdout, TENGStep
 from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions
@@ -59,6 +60,14 @@ class TENG(ThetaMethod):
     holdout: Holdout = eqx.field(static=True)
 
     @classmethod
+    def error_order(cls, options: Options) -> int:
+        return TABLEAUS[options.integrator].error_order
+
+    def defect(self, hermite: bool) -> Defect:
+        """On the held-out points of the step (points no fit uses)."""
+        return Defect(self.space, self.advance.equation, self.advance.holdout, hermite)
+
+    @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:
         for key in ("subsample_first", "subsample"):
             cls.check_subsample(f"method.{key}", getattr(options, key), options, problem)
@@ -75,8 +84,9 @@ class TENG(ThetaMethod):
         )
         return {"advance": advance, "holdout": options.holdout}
 
-    def step(self, state: Float[Array, " params"], key: PRNGKeyArray) -> tuple[Float[Array, " params"], StepRecord]:
-        return self.advance(state, key)
+    def step(self, state: Float[Array, " params"], key: PRNGKeyArray, dt=None
+             ) -> tuple[Float[Array, " params"], StepRecord]:
+        return self.advance(state, key, dt)
 
     def holdout_limits(self) -> Holdout:
         return self.holdout
