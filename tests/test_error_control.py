@@ -24,7 +24,7 @@ from teng_eq.equations import operator
 from teng_eq.errors import ConfigError, Diverged
 from teng_eq.estimate import Defect, ErrorEstimate
 from teng_eq.grid import Quadrature, cell_volume, holdout_points
-from teng_eq.integrators import BS3, HEUN, RK4, ButcherTableau
+from teng_eq.integrators import BS3, HEUN, HEUN_FSAL, RK4, ButcherTableau
 from teng_eq.reference import Pseudospectral
 from teng_eq.simulation import build_method, run_simulation
 
@@ -34,11 +34,12 @@ TWO_PI = 2 * math.pi
 
 
 def test_embedded_pairs_check_their_order():
-    """Heun–Euler (diffrax's Heun) estimates to O(Δt²), Bogacki–Shampine 3(2) (diffrax's
-    Bosh3, FSAL) to O(Δt³), RK4 with its FSAL third-order pair to O(Δt⁴); a b_error whose
-    embedded solution has the wrong order is refused when the tableau is made."""
-    assert (HEUN.error_order, BS3.error_order, RK4.error_order) == (2, 3, 4)
-    assert (HEUN.fsal, BS3.fsal, RK4.fsal) == (False, True, True)
+    """Heun–Euler (diffrax's Heun) estimates to O(Δt²), Heun with the FSAL slope (its own
+    error) and Bogacki–Shampine 3(2) (diffrax's Bosh3, FSAL) to O(Δt³), RK4 with its FSAL
+    third-order pair to O(Δt⁴); a b_error whose embedded solution has the wrong order is
+    refused when the tableau is made."""
+    assert (HEUN.error_order, HEUN_FSAL.error_order, BS3.error_order, RK4.error_order) == (2, 3, 3, 4)
+    assert (HEUN.fsal, HEUN_FSAL.fsal, BS3.fsal, RK4.fsal) == (False, True, True, True)
     assert HEUN.b_error == (0.5, -0.5) and len(BS3.b) == 3 and BS3.order == 3
     with pytest.raises(ValueError, match="embedded solution is not of order 1"):
         # b - b_error = (1/2, 1/2) is Heun itself: the "estimate" would be of order 3, not 2.
@@ -384,3 +385,43 @@ def test_report_of_fixed_and_adaptive_runs(tmp_path):
     assert {"estimate_vs_error.png", "dt_vs_time.png", "estimate.csv"} <= {p.name for p in paths}
     quality = pd.read_csv(tmp_path / "estimate.csv")
     assert quality["ratio_min"].tolist() == [2.0, 2.0, 2.0] and quality["ratio_max"].tolist() == [2.0] * 3
+
+
+def test_analyze_draws_estimates_and_step_sizes_from_the_store(tmp_path):
+    """pipeline/analyze.py's own function on a store with one fixed-Δt and one adaptive
+    run, each with its estimate: estimate_vs_error.png, dt_vs_time.png and estimate.csv
+    (the ratio estimate/error after step 5, from the curves read back)."""
+    import time
+
+    import mlflow
+    from conftest import ROOT
+    from hydra import compose, initialize_config_dir
+    from mlflow.entities import Metric, Param
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.tracking.MlflowClient(uri)
+    exp = client.create_experiment("heat", artifact_location=(tmp_path / "mlruns").as_uri())
+    now = int(time.time() * 1000)
+    for dt, times in (("0.1", np.arange(9) * 0.1), ("auto", np.array([0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0]))):
+        run = client.create_run(exp, tags={"run_kind": "job", "method": "teng_heun", "equation": "heat"})
+        err = 1e-7 * (1 + times)
+        est = err * (3.0 if dt == "auto" else 2.0) * np.where(np.arange(9) == 7, 2.0, 1.0)
+        curves = [Metric("rel_l2", e, now, k) for k, e in enumerate(err)]
+        curves += [Metric("est_rel_l2", e, now, k) for k, e in enumerate(est)]
+        if dt == "auto":
+            curves += [Metric("t", t, now, k) for k, t in enumerate(times) if k]
+            curves += [Metric("dt", h, now, k + 1) for k, h in enumerate(np.diff(times))]
+        scalars = [Metric(k, v, now, 0) for k, v in (("global_rel_l2", 1.5e-7), ("runtime_s", 3.0),
+                                                     ("est_global_rel_l2", 4e-7))]
+        client.log_batch(run.info.run_id, metrics=curves + scalars,
+                         params=[Param("dt", dt), Param("method", "teng_heun"), Param("equation", "heat")])
+        client.set_terminated(run.info.run_id)
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="analyze", overrides=[f"tracking_uri={uri}", "experiments=[heat]",
+                                                        f"out={tmp_path / 'out'}", "mlflow=false"])
+    out = report.analyze(cfg, ROOT)
+    assert (out / "estimate_vs_error.png").is_file() and (out / "dt_vs_time.png").is_file()
+    quality = pd.read_csv(out / "estimate.csv").sort_values("run")
+    assert quality["run"].tolist() == ["teng_heun adaptive=False", "teng_heun adaptive=True"]
+    assert quality["ratio_min"].tolist() == pytest.approx([2.0, 3.0])
+    assert quality["ratio_max"].tolist() == pytest.approx([4.0, 6.0])

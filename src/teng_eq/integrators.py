@@ -110,9 +110,9 @@ class ButcherTableau(eqx.Module):
                                  f"order condition {k + 1} gives {value:.6g}, not {exact:.6g}")
         if self.b_error is None:
             return
-        if len(self.b_error) not in (s, s + 1) or not 2 <= self.error_order <= self.order:
+        if len(self.b_error) not in (s, s + 1) or not 2 <= self.error_order <= self.order + 1:
             raise ValueError(f"tableau {self.name!r}: b_error needs {s} or {s + 1} weights and "
-                             f"2 <= error_order <= {self.order}")
+                             f"2 <= error_order <= {self.order + 1}")
         if self.fsal:  # the slope at the step's end: a stage whose row is b
             A = np.block([[A, np.zeros((s, 1))], [b[None, :], np.zeros((1, 1))]])
             b = np.append(b, 0.0)
@@ -153,6 +153,12 @@ EULER = ButcherTableau("euler", a=(), b=(1.0,), order=1)
 #: difference between TENG-Heun's result and its Euler predictor, of order 2 (it
 #: estimates the *Euler* step's local error, not Heun's own, which is O(Δt³)).
 HEUN = ButcherTableau.from_diffrax("heun", diffrax.Heun.tableau, order=2, error_order=2)
+#: Heun's method with an estimate of its *own* local error: with the slope at the step's
+#: end k₃ = L[y_{t+Δt}] (FSAL), err = Δt (k₂ − k₃)/3, of order 3 — to leading order exactly
+#: Heun's local error on a linear problem (there k₂ − k₃ = −Δt² L³y/2 and Heun's error is
+#: −Δt³ L³y/6), the f″(f, f) term of a nonlinear one aside. One operator evaluation more.
+HEUN_FSAL = ButcherTableau("heun_fsal", a=((1.0,),), b=(0.5, 0.5), order=2, b_error=(0.0, 1 / 3, -1 / 3),
+                           error_order=3)
 #: Classical RK4 with the third-order FSAL solution ŷ = y + Δt(k₁ + 2k₂ + 2k₃ + k₅)/6
 #: embedded, k₅ = L[y_{t+Δt}] (diffrax has no classical RK4 pair): err = Δt(k₄ − k₅)/6.
 RK4 = ButcherTableau("rk4", a=((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), order=4,
@@ -160,7 +166,7 @@ RK4 = ButcherTableau("rk4", a=((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), b=(1 / 6, 1
 #: Bogacki–Shampine 3(2) (diffrax's ``Bosh3``): three fits, the second-order solution
 #: embedded through the FSAL slope at the step's end.
 BS3 = ButcherTableau.from_diffrax("bs3", diffrax.Bosh3.tableau, order=3, error_order=3)
-TABLEAUS: dict[str, ButcherTableau] = {t.name: t for t in (EULER, HEUN, RK4, BS3)}
+TABLEAUS: dict[str, ButcherTableau] = {t.name: t for t in (EULER, HEUN, HEUN_FSAL, RK4, BS3)}
 
 
 def combine(y0, dt: float, coeffs, slopes):
@@ -232,6 +238,15 @@ class TENGStep(eqx.Module):
     first iteration (``subsample_first``) and on the others (``subsample``); the
     rows of the nodes on a Dirichlet boundary (``boundary``, or None); the
     ``holdout`` quadrature of the held-out check (module docstring), or None.
+
+    With an embedded error estimate in the tableau (``b_error``), the step also
+    reports ``local_error`` = ‖Δt Σⱼ b_errorⱼ kⱼ‖_{L²} on the quadrature nodes (the
+    slopes the step computed anyway; with FSAL one more, ``L[û_{θ_{t+Δt}}]``) and
+    ``u_l2`` = ‖target‖_{L²}, the scale of a relative tolerance: what the step-size
+    controller (:mod:`teng_eq.controller`) reads. Dirichlet boundary rows are left
+    out of both (their target is the boundary value, not the PDE's). ``expected``:
+    the step's expected local error, the stages' floor under the ``local_error``
+    stopping policy (:mod:`teng_eq.stepper`).
     """
 
     tableau: ButcherTableau
@@ -246,7 +261,8 @@ class TENGStep(eqx.Module):
     holdout: Quadrature | None = None
 
     def __call__(
-        self, theta: Float[Array, " params"], key: PRNGKeyArray, dt: Float[Array, ""] | float | None = None
+        self, theta: Float[Array, " params"], key: PRNGKeyArray, dt: Float[Array, ""] | float | None = None,
+        expected: Float[Array, ""] | None = None,
     ) -> tuple[Float[Array, " params"], StepRecord]:
         space, n = self.solver.space, self.solver.points.shape[0]
         dt = self.dt if dt is None else dt
@@ -265,7 +281,7 @@ class TENGStep(eqx.Module):
             if on_boundary is not None:
                 target = jnp.where(on_boundary, 0.0, target)
             iters, first = (self.iters, self.subsample_first) if j == 0 else (self.iters_later, self.subsample)
-            theta, log = self.solver.stage(theta, target[:n], keys[j], iters, first, self.subsample)
+            theta, log = self.solver.stage(theta, target[:n], keys[j], iters, first, self.subsample, expected)
             logs.append(log)
             return target
 

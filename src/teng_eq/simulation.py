@@ -142,7 +142,11 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     t0 = time.perf_counter()
     # A closure, not the bound method: the method's arrays (grid, index tables)
     # become constants of the one compiled step.
-    if adaptive:
+    expects = method.expects_error  # the stages' floor follows the expected local error
+    if expects:
+        step_fn = jax.jit(lambda s, k, dt, e: method.step(s, k, dt, e)).lower(
+            state, key_run, 0.0 if adaptive else None, 0.0).compile()
+    elif adaptive:
         step_fn = jax.jit(lambda s, k, dt: method.step(s, k, dt)).lower(state, key_run, 0.0).compile()
     else:
         step_fn = jax.jit(lambda s, k: method.step(s, k)).lower(state, key_run).compile()
@@ -167,6 +171,15 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     clock = {"stepping": 0.0, "eval_s": 0.0, "estimate_s": 0.0, "iterations_total": 0.0}
     controller = ControllerState(dt=control.dt_initial) if adaptive else None
     done = 0
+
+    def expected_error(n: int, h: float) -> float:
+        """The local error step n of size h may expect: the last step's embedded estimate,
+        scaled by (h / its Δt)^order (0 before the first step: the stages run to their caps)."""
+        if n < 2:
+            return 0.0
+        h_last = float(history.times[n - 1] - history.times[n - 2])
+        order = method.error_order(cfg.method.options)
+        return float(history.metrics["local_error"][n - 2]) * (h / h_last) ** order
 
     def t_of(n: int) -> float | None:
         return float(history.times[n]) if sequential else None
@@ -270,7 +283,9 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     if not adaptive:
         for n in range(done + 1, steps + 1):
             start = time.perf_counter()
-            new, record = step_fn(state, jax.random.fold_in(key_run, n))
+            key = jax.random.fold_in(key_run, n)
+            new, record = (step_fn(state, key, None, expected_error(n, cfg.dt)) if expects
+                           else step_fn(state, key))
             jax.block_until_ready(new)
             elapsed = time.perf_counter() - start
             record = jax.device_get(record)
@@ -286,7 +301,7 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
             while True:  # tries of step n, each from the same state
                 h, t_new = control.plan(t, controller.dt, stops)
                 start = time.perf_counter()
-                new, record = step_fn(state, key, h)
+                new, record = step_fn(state, key, h, expected_error(n, h)) if expects else step_fn(state, key, h)
                 jax.block_until_ready(new)
                 elapsed += time.perf_counter() - start
                 record = jax.device_get(record)

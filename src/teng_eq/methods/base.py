@@ -84,6 +84,13 @@ class Method(eqx.Module):
         has none, and cannot run under the step-size controller."""
         return 0
 
+    @property
+    def expects_error(self) -> bool:
+        """Whether ``step`` takes the step's expected local error as a fourth argument
+        (``method.step(state, key, dt, expected)``: TENG under the ``local_error`` stopping
+        policy); the driver passes the last step's ``local_error`` scaled to the new Δt."""
+        return False
+
     def defect(self, hermite: bool):
         """The :class:`~teng_eq.estimate.Defect` of the run's error estimate (``hermite``:
         with the Hermite–Simpson term), or None for a method without one."""

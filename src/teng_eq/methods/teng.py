@@ -52,6 +52,9 @@ class TENG(ThetaMethod):
             check_least_squares(prefix, self.solver, self.damping)
             if self.holdout.grid is not None and self.grid % self.holdout.grid:
                 bad(f"{prefix}.holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
+            if self.stopping.policy == "local_error" and not TABLEAUS[self.integrator].error_order:
+                bad(f"{prefix}.stopping.policy", self.stopping.policy,
+                    f"needs an embedded error estimate, which integrator {self.integrator} has not")
             if self.stopping.min_iters > min(self.iters, self.iters_later):
                 bad(f"{prefix}.stopping.min_iters", self.stopping.min_iters,
                     f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
@@ -84,9 +87,13 @@ class TENG(ThetaMethod):
         )
         return {"advance": advance, "holdout": options.holdout}
 
-    def step(self, state: Float[Array, " params"], key: PRNGKeyArray, dt=None
+    def step(self, state: Float[Array, " params"], key: PRNGKeyArray, dt=None, expected=None
              ) -> tuple[Float[Array, " params"], StepRecord]:
-        return self.advance(state, key, dt)
+        return self.advance(state, key, dt, expected)
+
+    @property
+    def expects_error(self) -> bool:
+        return self.advance.solver.stopping.policy == "local_error"
 
     def holdout_limits(self) -> Holdout:
         return self.holdout
