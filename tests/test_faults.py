@@ -29,11 +29,14 @@ from conftest import ROOT, TINY, all_runs, make_config
 from fake_methods import TOY
 from mlflow.tracking import MlflowClient
 
+from teng_eq import interrupts
 from teng_eq.checkpoint import CheckpointStore
 from teng_eq.simulation import run_simulation
+from teng_eq.tracking import open_client
 
-#: The tiny problem on the Toy method (no grid: Toy has no quadrature), 20 steps.
-TOY_TINY = [o for o in TINY if not o.startswith("grid=")] + TOY + ["dt=0.004", "checkpoint_every=5"]
+#: The tiny problem on the Toy method (no grid: Toy has no quadrature); dt=0.004: 20 steps.
+TOY_TINY = [o for o in TINY if not o.startswith("grid=")] + TOY + ["checkpoint_every=5"]
+DT = "dt=0.004"
 
 
 def _slow(delay: float) -> list[str]:
@@ -86,8 +89,8 @@ def _job_runs(uri: str) -> list:
 def _wait_for_steps(uri: str, proc: subprocess.Popen, steps: int, deadline_s: float = 240,
                     started: Path | None = None):
     """Poll the store until a job run holds ``steps`` points of ``step_loss``; that
-    run. Not before ``started`` exists (a job's folder: the sweep made the store),
-    so that this process never races the sweep on creating it."""
+    run. Not before ``started`` exists (a job's folder); the store is opened as the
+    jobs open it (``open_client``: a fresh SQLite store is created under a lock)."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the job ended before it could be interrupted"
@@ -95,7 +98,7 @@ def _wait_for_steps(uri: str, proc: subprocess.Popen, steps: int, deadline_s: fl
             time.sleep(0.2)
             continue
         try:
-            client = MlflowClient(uri)
+            client = open_client(uri)
             for run in _job_runs(uri):
                 if len(client.get_metric_history(run.info.run_id, "step_loss")) >= steps:
                     return run
@@ -121,7 +124,7 @@ def uninterrupted_global():
 
     def of(dt: float) -> float:
         if dt not in cache:
-            cfg = make_config(*(o for o in TOY_TINY if not o.startswith(("dt=", "checkpoint_every"))), f"dt={dt}")
+            cfg = make_config(*TOY_TINY, f"dt={dt}")
             cache[dt] = run_simulation(cfg).global_rel_l2
         return cache[dt]
 
@@ -140,7 +143,7 @@ def terminated_then_resumed(tmp_path_factory):
     """A one-job multirun SIGTERMed after its 6th step, then the same command again."""
     tmp = tmp_path_factory.mktemp("sigterm")
     uri, cache = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "cache"
-    cmd = _command(tmp, uri, cache, *_slow(0.25))
+    cmd = _command(tmp, uri, cache, DT, *_slow(0.25))
     proc = _start(cmd, tmp, "first")
     job = _wait_for_steps(uri, proc, 6, started=tmp / "multirun" / "0")
     os.kill(proc.pid, signal.SIGTERM)
@@ -186,6 +189,65 @@ def test_the_same_command_resumes_a_terminated_run(terminated_then_resumed, unin
     assert all(r.info.status != "RUNNING" for r in t["after"])
 
 
+@pytest.mark.slow  # a submitit sweep and its requeued job: ~60 s on 2 busy cores
+def test_submitit_preemption_requeues_the_job_which_resumes(tmp_path, uninterrupted_global):
+    """hydra-submitit-launcher's requeue on preemption: the job gets submitit's
+    preemption signal (SIGUSR2) half-way; it saves the step it is on, ends its
+    run KILLED and hands over to submitit, which requeues it; the requeued job
+    resumes into the same run and finishes with the uninterrupted result."""
+    uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
+    sweep = _start(_command(tmp_path, uri, cache, DT, *_slow(0.25), "hydra/launcher=submitit_local",
+                            "hydra.launcher.timeout_min=15"), tmp_path, "sweep")
+    job = _wait_for_steps(uri, sweep, 6)
+    os.kill(int(job.data.tags["pid"]), signal.SIGUSR2)
+    code, log = _finish(sweep)
+    assert code == 0, log[-3000:]
+    (run,) = _job_runs(uri)
+    assert run.info.run_id == job.info.run_id and run.info.status == "FINISHED"
+    assert run.data.tags["attempt"] == "2" and int(run.data.tags["resumed_from_step"]) >= 6
+    assert run.data.tags["pid"] != job.data.tags["pid"]  # the requeued process
+    _each_step_once(MlflowClient(uri), run, 20)
+    _same_result(run, uninterrupted_global(0.004))
+    logs = "".join(p.read_text() for p in (tmp_path / "multirun" / ".submitit").rglob("*.err"))
+    step = run.data.tags["resumed_from_step"]
+    assert (f"error: stopped by SIGUSR2 (signal 12) after step {step} of 20 (saved): the run is KILLED; "
+            "submitit requeues the job") in logs
+    (parent,) = [r for r in all_runs(uri) if r.data.tags["run_kind"] == "sweep"]
+    assert parent.info.status == "FINISHED"
+
+
+def test_signals_wait_for_the_end_of_the_step_and_a_second_one_does_not(monkeypatch):
+    """In-process, with real signals to this process: outside a step a signal raises
+    at once; while stepping (defer) the first only marks the stop, which check()
+    raises; a second one raises at once. The exit status is 128 + the signal."""
+    saved = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
+    monkeypatch.setattr(interrupts, "_first", None)
+    try:
+        interrupts.install()
+        with pytest.raises(interrupts.Interrupted) as caught:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs between bytecodes
+        assert (str(caught.value), caught.value.exit_code) == ("SIGTERM (signal 15)", 143)
+        interrupts.defer()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # nothing raised: it waits for the end of the step
+        with pytest.raises(interrupts.Interrupted) as caught:
+            interrupts.check()
+        assert caught.value.signum == signal.SIGINT and caught.value.exit_code == 130
+        interrupts.check()  # raised once
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # pending
+        with pytest.raises(interrupts.Interrupted):  # a second signal while one is pending: at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        interrupts.check()  # that was the stop
+        assert interrupts.received().signum == signal.SIGTERM  # the first of the process
+    finally:
+        interrupts.defer(False)
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
 # --- 2. The cache folder, 5. sizes the machine cannot hold: refused before anything -----
 
 
@@ -194,7 +256,7 @@ def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished
     # The store holds this configuration FINISHED; a job would be "skipped", but the
     # folder is checked first (by writing a file: as root os.access passes /proc).
     t = terminated_then_resumed
-    cmd = [c for c in _command(tmp_path, t["uri"], t["cache"], *_slow(0.25)) if not c.startswith("cache_dir=")]
+    cmd = [c for c in _command(tmp_path, t["uri"], t["cache"], DT, *_slow(0.25)) if not c.startswith("cache_dir=")]
     start = time.monotonic()
     code, log = _run([*cmd, "cache_dir=/proc/nope"], tmp_path, "nope")
     assert code != 0 and time.monotonic() - start < 30
@@ -202,3 +264,212 @@ def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished
                                         "/proc/nope (No such file or directory: /proc/nope)"]
     assert {(r.info.run_id, r.info.status, r.info.end_time) for r in all_runs(t["uri"])} == \
         {(r.info.run_id, r.info.status, r.info.end_time) for r in t["after"]}  # nothing written
+
+
+# --- 3. A store that goes away -----------------------------------------------------
+
+
+class Server:
+    """A real ``mlflow server`` (its own SQLite store and artifact folder) on a
+    fixed local port, stopped and started again by the test."""
+
+    def __init__(self, tmp: Path):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.tmp, self.url, self.proc = tmp, f"http://127.0.0.1:{self.port}", None
+        self.artifacts = tmp / "server-artifacts"
+
+    def start(self) -> None:
+        self.log = open(self.tmp / "server.log", "a")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.tmp / 'server.db'}",
+             "--artifacts-destination", str(self.artifacts), "--workers", "1"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            assert self.proc.poll() is None, (self.tmp / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "mlflow server did not start in 180 s"
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+        self.log.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.mark.slow  # two starts of an mlflow server: ~100 s on 2 busy cores
+def test_a_store_that_goes_away(tmp_path, server, uninterrupted_global):
+    """Two jobs on a real ``mlflow server`` that is stopped after their 3rd step:
+    both keep stepping; the one that may wait (store_retry_s=300) finishes once the
+    server is back; the other (store_retry_s=2) gives up at its end, writes what it
+    could not log beside its checkpoint and says how to import it — which then
+    completes its run."""
+    server.start()
+    cache = tmp_path / "cache"
+    waits = _start(_command(tmp_path, server.url, cache, DT, *_slow(0.3), "store_retry_s=300", multirun=False),
+                   tmp_path, "waits")
+    gives_up = _start(_command(tmp_path, server.url, cache, *_slow(0.3), "dt=0.005", "store_retry_s=2",
+                               multirun=False), tmp_path, "gives_up")
+    _wait_for_steps(server.url, waits, 3)
+    _wait_for_steps(server.url, gives_up, 3)
+    server.stop()
+    code, log = _finish(gives_up)
+    assert code == 1, log[-3000:]
+    error = log.strip().splitlines()[-1]
+    assert error.startswith(f"error: the MLflow store {server.url} has not answered for "), log[-3000:]
+    command = error.split("log it with: ")[1]
+    record = Path(command.split()[-1])
+    assert record.name == "run.json" and record.parent.name.endswith(".unlogged")
+    held = json.loads(record.read_text())
+    assert held["status"] == "FINISHED" and {"config", "params", "plots", "tables"} <= {
+        folder.split("/")[0] for _, folder in held["artifacts"]}
+    assert max(s for k, _, _, s in held["metrics"] if k == "step_loss") == 16  # it stepped to the end
+    assert (record.parent.parent / f"{held['run_id']}.npz").is_file()  # its checkpoint is kept
+
+    server.start()
+    code, log = _finish(waits)
+    assert code == 0, log[-3000:]
+    assert "not answering" in log and "answers again after" in log
+    imported = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=300, env=_env(),
+                              check=False)
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    assert not record.parent.exists() and not (record.parent.parent / f"{held['run_id']}.npz").exists()
+
+    client = MlflowClient(server.url)
+    runs = {round(float(r.data.params["dt"]), 6): r for r in _job_runs(server.url)}
+    assert sorted(runs) == [0.004, 0.005]
+    for dt, run in runs.items():
+        assert run.info.status == "FINISHED"
+        _each_step_once(client, run, round(0.08 / dt))
+        _same_result(run, uninterrupted_global(dt))
+        assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config", "params", "plots", "tables"}
+
+
+def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global):
+    """Another process holds SQLite's write lock for 22 s (longer than MLflow's
+    20 s busy timeout) from the job's 3rd step: the job steps on to its end while
+    it is held, then writes everything once it is released."""
+    uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
+    job = _start(_command(tmp_path, uri, cache, DT, *_slow(0.1), multirun=False), tmp_path, "job")
+    run = _wait_for_steps(uri, job, 3, started=tmp_path / "outputs")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+                               "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(22); "
+                               "c.execute('COMMIT')", str(tmp_path / "mlflow.db")],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    checkpoint = CheckpointStore.for_run(run.data.tags["config_hash"], run.info.run_id, directory=cache).path
+    while holder.poll() is None:  # the last step is computed and saved while the store is locked
+        if checkpoint.is_file() and json.loads(str(np.load(checkpoint)["info"]))["step"] == 20:
+            break
+        time.sleep(0.2)
+    assert holder.poll() is None, "the job did not step on while the store was locked"
+    code, log = _finish(job)
+    holder.wait(timeout=60)
+    assert code == 0, log[-3000:]
+    assert "not answering (database is locked)" in log and "answers again after" in log
+    (run,) = _job_runs(uri)
+    assert run.info.status == "FINISHED"
+    _each_step_once(MlflowClient(uri), run, 20)
+    _same_result(run, uninterrupted_global(0.004))
+
+
+# --- 4. Two sweeps at once ---------------------------------------------------------------
+
+
+def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, uninterrupted_global):
+    """Two multiruns started together on one fresh SQLite store, sharing two of
+    their three configurations: each configuration runs once (the second sweep to
+    reach it waits for it, then lists it as reused), no run is left RUNNING, no
+    step is logged twice, and both parents end FINISHED with three jobs each."""
+    uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
+    a = _start(_command(tmp_path, uri, cache, "dt=0.02,0.01,0.005", *_slow(0.1), sweep_dir="a"), tmp_path, "a")
+    b = _start(_command(tmp_path, uri, cache, "dt=0.01,0.005,0.004", *_slow(0.1), sweep_dir="b"), tmp_path, "b")
+    for proc in (a, b):
+        code, log = _finish(proc)
+        assert code == 0, log[-3000:]
+    runs = all_runs(uri)
+    assert all(r.info.status == "FINISHED" for r in runs), [(r.info.status, r.data.tags) for r in runs]
+    jobs = _job_runs(uri)
+    assert sorted(float(r.data.params["dt"]) for r in jobs) == [0.004, 0.005, 0.01, 0.02]  # each once
+    client = MlflowClient(uri)
+    for run in jobs:
+        dt = float(run.data.params["dt"])
+        _each_step_once(client, run, round(0.08 / dt))
+        _same_result(run, uninterrupted_global(dt))
+        assert "attempt" not in run.data.tags  # run once, never resumed
+    parents = [r for r in runs if r.data.tags["run_kind"] == "sweep"]
+    assert len(parents) == 2
+    for parent in parents:
+        assert parent.data.metrics["n_jobs"] == parent.data.metrics["n_finished"] == 3
+    reused = [k for p in parents for k in p.data.tags if k.startswith("reused_run.")]
+    assert reused  # the shared configurations: one sweep ran them, the other reused them
+
+
+# --- 6. A full disk ---------------------------------------------------------------------
+
+
+def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, uninterrupted_global):
+    """The 2nd checkpoint write (step 10) fills the disk half-way: the run ends
+    FAILED with the reason, the checkpoint of step 5 intact; run again, it resumes
+    there, and this time an artifact upload fills the disk: FAILED again, the
+    final checkpoint kept; the third time it finishes — with the result of an
+    uninterrupted run and every step logged once."""
+    uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
+    cmd = _command(tmp_path, uri, cache, DT, multirun=False, script=ROOT / "tests" / "faulty_sweep.py")
+    os.environ["FAULTY_WRITE"] = "checkpoint:2"
+    try:
+        code, log = _run(cmd, tmp_path, "checkpoint")
+        (run,) = _job_runs(uri)
+        checkpoint = CheckpointStore.for_run(run.data.tags["config_hash"], run.info.run_id, directory=cache)
+        reason = ("the checkpoint after step 10 could not be written in "
+                  f"{checkpoint.path.parent} (No space left on device); the checkpoint of step 5 is intact: "
+                  "the same command resumes from it")
+        assert code == 1 and log.strip().splitlines()[-1] == f"error: {reason}", log[-3000:]
+        assert run.info.status == "FAILED" and run.data.tags["failure_reason"] == f"WriteFailed: {reason}"
+        assert [p.name for p in checkpoint.path.parent.iterdir()] == [checkpoint.path.name]  # no partial file
+        assert json.loads(str(np.load(checkpoint.path)["info"]))["step"] == 5  # sound, and the old one
+
+        os.environ["FAULTY_WRITE"] = "artifact:2"
+        code, log = _run(cmd, tmp_path, "artifact")
+        (run,) = _job_runs(uri)
+        assert code == 1 and "an artifact could not be written (No space left on device" in log, log[-3000:]
+        assert run.info.status == "FAILED" and "the checkpoint after step 20 is kept" in run.data.tags[
+            "failure_reason"]
+        assert run.data.tags["resumed_from_step"] == "5"
+    finally:
+        del os.environ["FAULTY_WRITE"]
+    code, log = _run([cmd[0], str(ROOT / "pipeline" / "sweep.py"), *cmd[2:]], tmp_path, "clean")
+    assert code == 0, log[-3000:]
+    (run,) = _job_runs(uri)
+    assert run.info.status == "FINISHED" and run.data.tags["attempt"] == "3"
+    assert run.data.tags["resumed_from_step"] == "20"
+    _each_step_once(MlflowClient(uri), run, 20)
+    _same_result(run, uninterrupted_global(0.004))
+    assert {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)} == {
+        "config", "params", "plots", "tables"}
+    assert not checkpoint.path.exists()

@@ -150,8 +150,8 @@ class CheckpointStore:
         try:
             store_arrays(self.path, arrays, self.key)
         except OSError as err:  # the temporary file is gone, the previous checkpoint untouched
-            kept = (f"the checkpoint of step {self.step} is intact" if self.step is not None
-                    else "there is no earlier checkpoint")
+            kept = (f"the checkpoint of step {self.step} is intact: the same command resumes from it"
+                    if self.step is not None else "there is no earlier checkpoint")
             raise WriteFailed(f"the checkpoint after step {step} could not be written in {self.path.parent} "
                               f"({err.strerror or err}); {kept}") from err
         self.step = int(step)

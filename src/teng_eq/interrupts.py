@@ -114,6 +114,11 @@ def received() -> Interrupted | None:
     return _first
 
 
+def chained(stop: Interrupted) -> bool:
+    """Whether :func:`chain` hands ``stop`` on to a handler installed before ours."""
+    return stop.signum in _previous
+
+
 def chain(stop: Interrupted) -> None:
     """Call the handler that was installed for ``stop.signum`` before ours, if
     any: under submitit, the one that requeues the job (it exits the process)."""

@@ -165,7 +165,8 @@ def main(cfg: DictConfig, context: JobContext) -> float:
         with logging_redirect_tqdm(tqdm_class=tqdm):
             return run_job(cfg, job, context, job_start)
     except interrupts.Interrupted as stop:
-        print(f"error: stopped by {stop}: the run is KILLED; the same command resumes it", file=sys.stderr)
+        then = "submitit requeues the job" if interrupts.chained(stop) else "the same command resumes it"
+        print(f"error: stopped by {stop}: the run is KILLED; {then}", file=sys.stderr)
         interrupts.chain(stop)  # submitit's handler requeues the job (and exits)
         raise SystemExit(stop.exit_code) from None
     except RunFailed as err:

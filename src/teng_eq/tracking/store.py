@@ -122,11 +122,13 @@ def open_client(tracking_uri: str) -> MlflowClient:
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     # "Creating initial MLflow database tables…": INFO noise (warnings still show).
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    client = MlflowClient(tracking_uri)
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri.removeprefix("sqlite:///"))
-        with file_lock(db.with_name(db.name + "-lock")):  # matches .gitignore's mlflow.db-*
-            retrying(client.search_experiments, max_results=1, budget_s=60.0, what=tracking_uri)
+    if not tracking_uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri)
+    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    with file_lock(db.with_name(db.name + "-lock")):  # the name matches .gitignore's mlflow.db-*
+        # The client makes (and migrates) the store as it is built.
+        client = retrying(MlflowClient, tracking_uri, budget_s=60.0, what=tracking_uri)
+        retrying(client.search_experiments, max_results=1, budget_s=60.0, what=tracking_uri)
     return client
 
 
@@ -150,9 +152,19 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+#: What a failed call to a store says, in a few words, found in MLflow's long messages.
+_CAUSES = ("Connection refused", "database is locked", "timed out", "Name or service not known",
+           "Connection reset by peer", "Remote end closed connection")
+
+
 def first_line(exc: BaseException) -> str:
+    """``exc`` in one short line: the cause when it is one of :data:`_CAUSES`, else
+    its type and first line."""
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+    for cause in _CAUSES:
+        if cause in text:
+            return cause
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:200]
 
 
 def retrying(call: Callable[..., T], *args, budget_s: float, what: str,
