@@ -12,11 +12,11 @@ size-limited folder: it strikes at a chosen write on any machine, as any user.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -31,6 +31,8 @@ from mlflow.tracking import MlflowClient
 
 from teng_eq import interrupts
 from teng_eq.checkpoint import CheckpointStore
+from teng_eq.initial_fit import FitProgress
+from teng_eq.job import Progress
 from teng_eq.simulation import run_simulation
 from teng_eq.tracking import open_client
 
@@ -52,8 +54,10 @@ def _env() -> dict:
 
 
 def _command(tmp: Path, uri: str, cache: Path, *overrides: str, multirun: bool = True,
-             script: Path = ROOT / "pipeline" / "sweep.py", sweep_dir: str = "multirun") -> list[str]:
-    return [sys.executable, str(script), *(["-m"] if multirun else []), *TOY_TINY, f"tracking_uri={uri}",
+             script: Path = ROOT / "pipeline" / "sweep.py", sweep_dir: str = "multirun",
+             progress: bool = False) -> list[str]:
+    toy = [o for o in TOY_TINY if not o.startswith("progress=")] + [f"progress={str(progress).lower()}"]
+    return [sys.executable, str(script), *(["-m"] if multirun else []), *toy, f"tracking_uri={uri}",
             f"cache_dir={cache}", f"hydra.sweep.dir={tmp / sweep_dir}", f"hydra.run.dir={tmp / 'outputs'}",
             *overrides]
 
@@ -97,13 +101,11 @@ def _wait_for_steps(uri: str, proc: subprocess.Popen, steps: int, deadline_s: fl
         if started is not None and not started.exists():
             time.sleep(0.2)
             continue
-        try:
+        with contextlib.suppress(Exception):  # a store still being created
             client = open_client(uri)
             for run in _job_runs(uri):
                 if len(client.get_metric_history(run.info.run_id, "step_loss")) >= steps:
                     return run
-        except Exception:  # noqa: BLE001 - a store still being created
-            pass
         time.sleep(0.2)
     raise AssertionError(f"no job logged {steps} steps in {deadline_s} s")
 
@@ -152,9 +154,11 @@ def terminated_then_resumed(tmp_path_factory):
     checkpoint = CheckpointStore.for_run(job.data.tags["config_hash"], job.info.run_id, directory=cache)
     step = json.loads(str(np.load(checkpoint.path)["info"]))["step"]
     logged = sorted(m.step for m in MlflowClient(uri).get_metric_history(job.info.run_id, "step_loss"))
-    second_code, second_log = _run(cmd, tmp, "second")
-    return dict(uri=uri, cache=cache, code=code, log=first_log, before=before, step=step, logged=logged,
-                second_code=second_code, second_log=second_log, after=all_runs(uri), run_id=job.info.run_id)
+    # Again, with the progress display a person sees.
+    second_code, second_log = _run(_command(tmp, uri, cache, DT, *_slow(0.25), progress=True), tmp, "second")
+    return {"uri": uri, "cache": cache, "code": code, "log": first_log, "before": before, "step": step,
+            "logged": logged, "second_code": second_code, "second_log": second_log, "after": all_runs(uri),
+            "run_id": job.info.run_id}
 
 
 def test_sigterm_ends_the_run_killed_with_its_last_step_saved(terminated_then_resumed):
@@ -187,6 +191,23 @@ def test_the_same_command_resumes_a_terminated_run(terminated_then_resumed, unin
     (parent,) = [r for r in t["after"] if r.data.tags["run_kind"] == "sweep"]
     assert parent.info.status == "FINISHED" and "killed_reason" not in parent.data.tags
     assert all(r.info.status != "RUNNING" for r in t["after"])
+
+
+def test_the_log_a_person_reads(terminated_then_resumed):
+    """The resumed job's output (progress=true): the log lines and one bar, each
+    redraw of the bar whole on its line (nothing written into it), and none of
+    the libraries' INFO lines."""
+    lines = [line.split("\r") for line in terminated_then_resumed["second_log"].split("\n")]
+    name = "teng_heun-heat-dt0.004"
+    redraws = [seg for line in lines for seg in line if seg.strip()]
+    assert any(seg.startswith(f"resuming from the checkpoint after step {terminated_then_resumed['step']} of 20")
+               for seg in redraws)
+    bars = [seg for seg in redraws if seg.startswith(name)]
+    assert bars and bars[-1].startswith(f"{name}: 100%") and "20/20" in bars[-1]
+    for seg in redraws:  # every piece is a whole bar, a Hydra log line or one of the job's own lines
+        assert seg.startswith((name, "[", "resuming from the checkpoint")), seg
+    for noise in ("Unable to initialize backend", "[matplotlib", "INFO mlflow", "font"):
+        assert noise not in terminated_then_resumed["second_log"]
 
 
 @pytest.mark.slow  # a submitit sweep and its requeued job: ~60 s on 2 busy cores
@@ -260,8 +281,8 @@ def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished
     start = time.monotonic()
     code, log = _run([*cmd, "cache_dir=/proc/nope"], tmp_path, "nope")
     assert code != 0 and time.monotonic() - start < 30
-    assert log.strip().splitlines() == ["error: invalid config: cache_dir='/proc/nope': cannot write in "
-                                        "/proc/nope (No such file or directory: /proc/nope)"]
+    assert log.strip().splitlines() == [("error: invalid config: cache_dir='/proc/nope': cannot write in "
+                                         "/proc/nope (No such file or directory: /proc/nope)")]
     assert {(r.info.run_id, r.info.status, r.info.end_time) for r in all_runs(t["uri"])} == \
         {(r.info.run_id, r.info.status, r.info.end_time) for r in t["after"]}  # nothing written
 
@@ -377,9 +398,9 @@ def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global)
     job = _start(_command(tmp_path, uri, cache, DT, *_slow(0.1), multirun=False), tmp_path, "job")
     run = _wait_for_steps(uri, job, 3, started=tmp_path / "outputs")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
-                               "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(22); "
-                               "c.execute('COMMIT')", str(tmp_path / "mlflow.db")],
+        [sys.executable, "-c", ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+                                "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(22); "
+                                "c.execute('COMMIT')"), str(tmp_path / "mlflow.db")],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
     checkpoint = CheckpointStore.for_run(run.data.tags["config_hash"], run.info.run_id, directory=cache).path
@@ -473,3 +494,29 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
     assert {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)} == {
         "config", "params", "plots", "tables"}
     assert not checkpoint.path.exists()
+
+
+# --- 7. What a person reads ------------------------------------------------------------
+
+
+def test_the_fit_has_its_own_bars(capsys):
+    """θ₀'s chunks (FitProgress) become one bar per stage — iterations, loss and
+    target — closed at the iteration the stage stopped; other lines go above."""
+    progress = Progress(True, "job")
+    for iteration in (25, 50, 75):
+        progress.log(FitProgress("θ₀ stage 1 (value+gradient)", iteration, 2000, 1e-3 / iteration, 1e-7,
+                                 " lambda 1.0e-03"))
+    progress.log(FitProgress("θ₀ stage 2 (value)", 25, 2000, 4.2e-13, 7.4e-13))
+    progress.log("resuming from the checkpoint after step 3 of 4")
+    progress.close()
+    segments = [seg for line in capsys.readouterr().err.split("\n") for seg in line.split("\r") if seg.strip()]
+    finals = {}
+    for seg in segments:
+        finals[seg.split(":")[0]] = seg
+    stage1, stage2 = finals["θ₀ stage 1 (value+gradient)"], finals["θ₀ stage 2 (value)"]
+    assert "100%" in stage1 and "75/75" in stage1 and "loss=1.33e-05 target=1.0e-07" in stage1
+    assert "25/25" in stage2 and "loss=4.20e-13 target=7.4e-13" in stage2
+    assert segments[-1] == "resuming from the checkpoint after step 3 of 4"
+    # A plain log callback (print) still gets the log line it always got.
+    assert str(FitProgress("θ₀ stage 1 (value+gradient)", 50, 2000, 1.985e-4, 1e-7, " lambda 6.4e-05")) == \
+        "θ₀ stage 1 (value+gradient): iter 50 loss 1.985e-04 lambda 6.4e-05"

@@ -111,7 +111,9 @@ class Progress:
     def _fit_update(self, p: FitProgress) -> None:
         if p.stage != self._fit_stage:
             self._fit_close()
-            self._fit = tqdm(total=p.max_iters, desc=p.stage, unit="it", file=sys.stderr, dynamic_ncols=True)
+            # Started at the first report (its chunk included compilation): the rate counts the rest.
+            self._fit = tqdm(total=p.max_iters, initial=p.iteration, desc=p.stage, unit="it", file=sys.stderr,
+                             dynamic_ncols=True)
             self._fit_stage = p.stage
         self._fit.update(p.iteration - self._fit.n)
         target = f" target={p.target:.1e}" if p.target is not None else ""

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 #: run's id to its jobs (inherited by joblib workers, submitit and SLURM jobs).
 PARENT_RUN_ENV = "TENG_EQ_PARENT_RUN"
 
+#: Seconds the parent run's end waits for a store that does not answer.
+CLOSE_RETRY_S = 60.0
+
 
 def _config_root(config) -> Path:
     """The folder holding the primary config folder (``conf/``): the repo root."""
@@ -156,8 +159,9 @@ class SweepCallback:
         Hydra calls ``on_multirun_end`` only when every job returned; any other
         exit reaches here through ``atexit``: a signal (ends it KILLED, with the
         signal in ``killed_reason``), a job's exception, a store that went away.
-        A store that does not answer within ``store_retry_s`` leaves the parent
-        RUNNING (one warning line); the next sweep on the store ends it as stale."""
+        A store that does not answer within ``store_retry_s`` (at most
+        :data:`CLOSE_RETRY_S`: a job that gave up on it has waited already) leaves
+        the parent RUNNING, with one warning line; the next sweep ends it as stale."""
         if self.run_id is None:
             return None
         run_id, self.run_id = self.run_id, None
@@ -165,7 +169,7 @@ class SweepCallback:
         if self._heartbeat is not None:
             self._heartbeat.stop()
         try:
-            return retrying(self._end, run_id, complete, budget_s=self.retry_s, what=self.uri)
+            return retrying(self._end, run_id, complete, budget_s=min(self.retry_s, CLOSE_RETRY_S), what=self.uri)
         except StoreUnavailable as err:
             print(f"warning: sweep run {run_id} not ended: {err}", file=sys.stderr)
             return f"the sweep's parent run could not be ended: {err}"

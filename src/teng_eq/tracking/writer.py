@@ -229,14 +229,13 @@ class RunLogger:
         True when it is (an error the writer met is raised)."""
         self.flush()
         deadline = time.monotonic() + timeout
+        self._hurry.set()  # cut the current backoff short: someone is waiting
         with self._lock:
-            self._hurry.set()  # cut a backoff short: someone is waiting
             while self._error is None and self._unwritten():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._lock.wait(min(left, 1.0))
-                self._hurry.set()
         if self._error is not None:
             raise self._error
         return not self._unwritten()
