@@ -398,22 +398,24 @@ def reopen(client: MlflowClient, run, tags: Mapping[str, str]) -> int:
     return attempt
 
 
-def _resume(client: MlflowClient, run, tags: Mapping[str, str]) -> _Opened:
-    """Reopen ``run`` for this job, noting the metric steps and params it holds."""
-    reopen(client, run, tags)
+def _resume(client: MlflowClient, run, tags: Mapping[str, str] | None) -> _Opened:
+    """Reopen ``run`` for this job (``tags`` None: it is reopened already), noting
+    the metric steps and params it holds."""
+    if tags is not None:
+        reopen(client, run, tags)
     run_id = run.info.run_id
     logged = {key: {m.step for m in client.get_metric_history(run_id, key)} for key in run.data.metrics}
     return _Opened(client, run_id, "resumed", previous=run, logged=logged, params=set(run.data.params))
 
 
-def _is_mine(run, mine: Mapping[str, str], since_ms: int) -> bool:
-    """``run`` was made by this process since ``since_ms`` (a claim whose answer
-    was lost on the way, then tried again)."""
-    return (all(run.data.tags.get(k) == mine[k] for k in ("host", "pid", "pid_start"))
-            and run.info.start_time >= since_ms and "attempt" not in run.data.tags)
+def _is_mine(run, mine: Mapping[str, str]) -> bool:
+    """``run`` was made or reopened by this very claim, tried again after its
+    answer was lost on the way: it carries the claim's process tags, and the
+    heartbeat value (to the millisecond) the claim wrote."""
+    return all(run.data.tags.get(k) == mine[k] for k in ("host", "pid", "pid_start", "heartbeat"))
 
 
-def _claim(client, exp_id, run_name, tags, config_hash, resume, since_ms):
+def _claim(client, exp_id, run_name, tags, config_hash, resume):
     """Decide what this job does with its configuration's runs, and do it: an
     :class:`_Opened`, or the live run of another process that holds it."""
     if config_hash is None or not resume:
@@ -429,8 +431,8 @@ def _claim(client, exp_id, run_name, tags, config_hash, resume, since_ms):
             client.set_tag(parent, f"{REUSED_TAG}{tags.get('job_num', done.info.run_id)}", done.info.run_id)
         return _Opened(client, done.info.run_id, "skipped", previous=done)
     for r in runs:
-        if r.info.status == "RUNNING" and _is_mine(r, tags, since_ms):
-            return _Opened(client, r.info.run_id, "new")
+        if r.info.status == "RUNNING" and _is_mine(r, tags):
+            return _resume(client, r, None) if "attempt" in r.data.tags else _Opened(client, r.info.run_id, "new")
     live = [r for r in runs if r.info.status == "RUNNING" and not is_stale(r.data.tags)]
     if live:
         return live[0]
@@ -444,13 +446,13 @@ def _open_run(tracking_uri, experiment, artifact_root, run_name, tags, config_ha
     client = open_client(tracking_uri)
     exp_id = retrying(ensure_experiment, client, experiment, artifact_root, budget_s=retry_s, what=tracking_uri,
                       stop=cancel)
-    tags = {**tags, **process_tags()}
     said = False
     while True:
+        # The heartbeat to the millisecond: this claim's mark (_is_mine).
+        tags = {**tags, **process_tags(), "heartbeat": f"{time.time():.3f}"}
         with file_lock(claim_lock) if claim_lock is not None else contextlib.nullcontext():
-            since_ms = int(time.time() * 1000)
-            opened = retrying(_claim, client, exp_id, run_name, tags, config_hash, resume, since_ms,
-                              budget_s=retry_s, what=tracking_uri, stop=cancel)
+            opened = retrying(_claim, client, exp_id, run_name, tags, config_hash, resume, budget_s=retry_s,
+                              what=tracking_uri, stop=cancel)
         if isinstance(opened, _Opened):
             break
         t = opened.data.tags
