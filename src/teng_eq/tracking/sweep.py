@@ -169,19 +169,20 @@ class SweepCallback:
         if self._heartbeat is not None:
             self._heartbeat.stop()
         try:
-            return retrying(self._end, run_id, complete, budget_s=min(self.retry_s, CLOSE_RETRY_S), what=self.uri)
+            # One time stamp for every try: a metric point written twice is stored once.
+            return retrying(self._end, run_id, complete, int(time.time() * 1000),
+                            budget_s=min(self.retry_s, CLOSE_RETRY_S), what=self.uri)
         except StoreUnavailable as err:
             print(f"warning: sweep run {run_id} not ended: {err}", file=sys.stderr)
             return f"the sweep's parent run could not be ended: {err}"
 
-    def _end(self, run_id: str, complete: bool) -> str | None:
+    def _end(self, run_id: str, complete: bool, now: int) -> str | None:
         from mlflow.entities import Metric
 
         client = open_client(self.uri)
         runs = sweep_jobs(client, run_id)
         unfinished = sorted((r for r in runs if r.info.status != "FINISHED"),
                             key=lambda r: int(r.data.tags.get("job_num", "-1")))
-        now = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[
             Metric("n_jobs", len(runs), now, self.attempt - 1),
             Metric("n_finished", len(runs) - len(unfinished), now, self.attempt - 1),
