@@ -10,6 +10,7 @@ the error evaluation is ``eval_s``, compilation ``compile_s``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -99,7 +100,9 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
 
     A non-finite metric, or a ``step_loss`` above ``divergence_factor`` times the
     median of the steps before it, raises :class:`~teng_eq.errors.Diverged`
-    (after saving the last good step, with ``checkpoints``).
+    (after saving the last good step, with ``checkpoints``); an exception from
+    ``on_step`` (e.g. :class:`~teng_eq.interrupts.Interrupted` at the end of a
+    step) is raised after saving the step it reported.
     """
     method = build_method(cfg, cache_dir=cache_dir, log=log)
     equation = cfg.equation
@@ -152,6 +155,20 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     def save(n: int, state) -> None:
         checkpoints.save(n, state, history.arrays(), {"stepping": stepping, "eval_s": eval_s})
 
+    def report(record: StepRecord, state) -> None:
+        """``on_step(record)``. When the callback raises (a stop a signal asked for,
+        a store that gave up), the step it was told of is finished: it is saved
+        first, so that running again resumes after it."""
+        nonlocal saved
+        try:
+            on_step(record)
+        except BaseException:
+            if checkpoints is not None and saved < record.step:
+                with contextlib.suppress(Exception):  # else the previous checkpoint stands
+                    save(record.step, state)
+                    saved = record.step
+            raise
+
     resumed = checkpoints.load(state) if checkpoints is not None else None
     if resumed is not None:
         state, done, history = resumed.state, resumed.step, History.from_arrays(resumed.record)
@@ -195,7 +212,7 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
         record = record.at(metrics=metrics, step=n, of=steps, t=t_of(n))
         history.tables.append(record.table())
         if on_step is not None:
-            on_step(record)
+            report(record, state)
         if checkpoints is not None and checkpoint_every and n % checkpoint_every == 0 and n < steps:
             save(n, state)
             saved = n
