@@ -5,12 +5,15 @@ folder is on the path of the tests and of the jobs they start).
   integer counter, random draws from the step's key, a loss that grows by
   ``growth²`` per step, and an optional NaN at step ``nan_at``: cheap to
   compile (a whole sweep job in seconds), sensitive to every part of a
-  checkpoint (state, counter, key), and divergent on cue.
+  checkpoint (state, counter, key), and divergent on cue. ``+method.delay=<s>``
+  makes each step take that long (a host sleep inside the compiled step), so
+  that a test can stop a run, or its store, half-way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import equinox as eqx
 import jax
@@ -31,13 +34,15 @@ class Toy(Method):
     class Options:
         growth: float
         nan_at: int
+        delay: float = 0.0
 
     growth: float = eqx.field(static=True)
     nan_at: int = eqx.field(static=True)
+    delay: float = eqx.field(static=True, default=0.0)
 
     @classmethod
     def build(cls, options, problem, *, cache_dir=None, log=None):
-        return cls(steps=problem.steps, growth=options.growth, nan_at=options.nan_at)
+        return cls(steps=problem.steps, growth=options.growth, nan_at=options.nan_at, delay=options.delay)
 
     @classmethod
     def network_template(cls, options, problem):
@@ -50,6 +55,8 @@ class Toy(Method):
         n = state["n"] + 1
         a = state["a"] * self.growth + 1e-6 * jax.random.normal(key, (3,))
         a = jnp.where(n == self.nan_at, jnp.nan, a)
+        if self.delay:
+            jax.debug.callback(lambda: time.sleep(self.delay), ordered=True)
         loss = jnp.sum(a * a)
         record = StepRecord(losses=jnp.stack([loss, loss])[None], lsq=jnp.full((1, 2), 0.5),
                             metrics={"step_loss": loss})

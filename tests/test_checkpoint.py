@@ -21,7 +21,7 @@ def toy(*overrides):
 
 
 class Stop(Exception):
-    """Stands for a kill after a step was reported."""
+    """Stands for a stop after a step was reported (a signal, a store that gave up)."""
 
 
 def _records(cfg, store=None, stop_after=None, **kw):
@@ -65,9 +65,10 @@ def test_resumed_run_is_the_uninterrupted_run(tmp_path, uninterrupted, stop_afte
     store = CheckpointStore(tmp_path / "c.npz", {"run": "r"})
     _, first = _records(toy(), store, stop_after=stop_after, checkpoint_every=4)
     assert [s for s, *_ in first] == list(range(stop_after + 1))
-    saved = (stop_after - 1) // 4 * 4  # a step is reported, then checkpointed
+    # The callback raised after step stop_after was reported (as a stop asked for
+    # by a signal does): that step is saved first, whatever checkpoint_every says.
     resumed, second = _records(toy(), store, checkpoint_every=4)
-    assert resumed.resumed_from == saved
+    assert resumed.resumed_from == stop_after
     _same(resumed, whole)
     # The resumed run reports every step once more, in order, with the same
     # values (steps up to the checkpoint replayed from it, the rest recomputed),

@@ -29,6 +29,7 @@ import numpy as np
 from jaxtyping import PyTree
 
 from teng_eq.cache import cache_dir, load_arrays, store_arrays
+from teng_eq.errors import WriteFailed
 from teng_eq.results import StepRecord
 
 _log = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ class CheckpointStore:
         self.path = Path(path)
         self.key = {"kind": "checkpoint", "version": VERSION, **describe}
         self.seconds = 0.0  # time spent writing
+        self.step: int | None = None  # the step of the checkpoint on disk (saved or loaded)
 
     @classmethod
     def for_run(cls, config_hash: str, run_id: str, *, directory=None) -> CheckpointStore:
@@ -165,11 +167,20 @@ class CheckpointStore:
 
     def save(self, step: int, state: PyTree, record: Mapping[str, np.ndarray],
              info: Mapping[str, float]) -> None:
+        """Replace the checkpoint by the one after ``step``; a file that cannot be
+        written raises :class:`~teng_eq.errors.WriteFailed` and leaves the previous one."""
         start = time.perf_counter()
         arrays = {f"record.{k}": np.asarray(v) for k, v in record.items()}
         arrays["state"] = state_bytes(state)
         arrays["info"] = np.array(json.dumps({"step": int(step), **{k: float(v) for k, v in info.items()}}))
-        store_arrays(self.path, arrays, self.key)
+        try:
+            store_arrays(self.path, arrays, self.key)
+        except OSError as err:  # the temporary file is gone, the previous checkpoint untouched
+            kept = (f"the checkpoint of step {self.step} is intact: the same command resumes from it"
+                    if self.step is not None else "there is no earlier checkpoint")
+            raise WriteFailed(f"the checkpoint after step {step} could not be written in {self.path.parent} "
+                              f"({err.strerror or err}); {kept}") from err
+        self.step = int(step)
         self.seconds += time.perf_counter() - start
 
     def load(self, like: PyTree) -> Checkpoint | None:
@@ -186,6 +197,7 @@ class CheckpointStore:
             _log.warning("checkpoint %s does not fit this method's state (%s): starting afresh",
                          self.path, err)
             return None
+        self.step = step
         return Checkpoint(step=step, state=state, record=record, info=info)
 
     def clear(self) -> None:

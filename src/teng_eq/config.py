@@ -149,7 +149,10 @@ class JobOptions:
     end); ``resume``: continue this configuration's unfinished run, skip it when
     finished (else start a new run); ``divergence_factor``: a step whose loss
     exceeds this many times the median loss of the steps before it ends the
-    run as diverged (as does any non-finite value).
+    run as diverged (as does any non-finite value); ``store_retry_s``: seconds a
+    job waits for an MLflow store that does not answer when it needs it (to open
+    its run, upload artifacts, end the run) before it gives up — while stepping it
+    never waits, whatever this is.
     """
 
     tracking_uri: str | None
@@ -159,6 +162,7 @@ class JobOptions:
     checkpoint_every: int
     resume: bool
     divergence_factor: float
+    store_retry_s: float
 
     def validate(self, prefix: str) -> None:
         if not self.experiment_name.strip():
@@ -166,6 +170,8 @@ class JobOptions:
         at_least(prefix, self, 1, "checkpoint_every")
         if not self.divergence_factor > 1:
             bad("divergence_factor", self.divergence_factor, "must be a number > 1")
+        if not self.store_retry_s >= 0:
+            bad("store_retry_s", self.store_retry_s, "must be a number of seconds >= 0")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> JobOptions:

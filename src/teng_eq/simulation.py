@@ -10,6 +10,7 @@ the error evaluation is ``eval_s``, compilation ``compile_s``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -120,7 +121,9 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     A non-finite metric, or a ``step_loss`` above ``divergence_factor`` times the
     median of the steps before it, raises :class:`~teng_eq.errors.Diverged`
     (after saving the last good step, with ``checkpoints``); so does a controller
-    that needs a step below ``controller.dt_min``.
+    that needs a step below ``controller.dt_min``. An exception from ``on_step``
+    (e.g. :class:`~teng_eq.interrupts.Interrupted` at the end of a step) is raised
+    after saving the step it reported.
     """
     method = build_method(cfg, cache_dir=cache_dir, log=log)
     equation, adaptive, control = cfg.equation, cfg.adaptive, cfg.controller
@@ -212,6 +215,20 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
             history.est_vector = estimate.vector
         checkpoints.save(n, state, history.arrays(), info)
 
+    def report(record: StepRecord, state) -> None:
+        """``on_step(record)``. When the callback raises (a stop a signal asked for,
+        a store that gave up), the step it was told of is finished: it is saved
+        first, so that running again resumes after it."""
+        nonlocal saved
+        try:
+            on_step(record)
+        except BaseException:
+            if checkpoints is not None and saved < record.step:
+                with contextlib.suppress(Exception):  # else the previous checkpoint stands
+                    save(record.step, state)
+                    saved = record.step
+            raise
+
     resumed = checkpoints.load(state) if checkpoints is not None else None
     if resumed is not None:
         state, done, history = resumed.state, resumed.step, History.from_arrays(resumed.record)
@@ -275,7 +292,7 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
         record = record.at(metrics=metrics, step=n, of=steps, t=t_of(n))
         history.tables.append(record.table())
         if on_step is not None:
-            on_step(record)
+            report(record, state)
         if checkpoints is not None and checkpoint_every and n % checkpoint_every == 0 and (adaptive or n < steps):
             save(n, state)
             saved = n

@@ -97,6 +97,13 @@ class Method(eqx.Module):
         return
 
     @classmethod
+    def memory(cls, options, problem: Problem) -> dict[str, tuple[int, str]]:
+        """The method's largest arrays, ``{config key: (bytes, what)}`` with the key as
+        in the method group (``method.grid``), for the resource preflight
+        (:mod:`teng_eq.resources`): sizes it surely allocates, not a profile. None here."""
+        return {}
+
+    @classmethod
     def build(cls, options, problem: Problem, *, cache_dir=None, log=None) -> Method:
         """The method of ``options`` on ``problem``; ``cache_dir`` and ``log`` for what
         it prepares on disk (θ₀)."""
@@ -170,6 +177,25 @@ class ThetaMethod(Method):
         n = parameter_count(options.network, eq.dim, eq.periods)
         if not 1 <= value <= n:
             bad(key, value, f"must be an integer in [1, {n}] (the parameter count)")
+
+    @classmethod
+    def step_jacobians(cls, options, problem: Problem) -> dict[str, int]:
+        """``{what: columns}`` of the Jacobians a step forms on the quadrature grid (one
+        row per point): the parameters it draws. None here."""
+        return {}
+
+    @classmethod
+    def memory(cls, options: ThetaOptions, problem: Problem) -> dict[str, tuple[int, str]]:
+        """The largest Jacobian on the quadrature grid: θ₀'s fit (value and gradient
+        rows: d + 1 per point) or a step's (:meth:`step_jacobians`), float64."""
+        eq = problem.equation
+        rows = options.grid**eq.dim
+        n = parameter_count(options.network, eq.dim, eq.periods)
+        shapes = {"θ₀'s fit (value+gradient)": (rows * (eq.dim + 1), min(options.fit.stage1_subsample, n)),
+                  "θ₀'s fit (value)": (rows, min(options.fit.stage2_subsample, n)),
+                  **{what: (rows, min(cols, n)) for what, cols in cls.step_jacobians(options, problem).items()}}
+        what, (r, c) = max(shapes.items(), key=lambda item: item[1][0] * item[1][1])
+        return {"method.grid": (8 * r * c, f"{what}: a {r:,} × {c:,} Jacobian")}
 
     @classmethod
     def network_template(cls, options: ThetaOptions, problem: Problem) -> TENGNet:

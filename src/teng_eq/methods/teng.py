@@ -76,6 +76,10 @@ class TENG(ThetaMethod):
             cls.check_subsample(f"method.{key}", getattr(options, key), options, problem)
 
     @classmethod
+    def step_jacobians(cls, options: Options, problem) -> dict[str, int]:
+        return {"a step's least squares": options.subsample_first}
+
+    @classmethod
     def parts(cls, options: Options, problem, space, quadrature) -> dict:
         eq = problem.equation
         solver = StageSolver(space, quadrature, options.solver, options.damping, options.stopping)

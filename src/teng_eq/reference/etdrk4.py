@@ -27,7 +27,7 @@ import numpy as np
 import scipy.fft as sfft
 
 from teng_eq.cache import cache_dir as cache_dir_of
-from teng_eq.cache import digest, load_arrays, store_arrays
+from teng_eq.cache import digest, load_arrays, store_or_warn
 from teng_eq.reference.fourier import _WORKERS, FourierSolution, initial_spectrum, wavenumbers
 
 #: Bumped whenever the numerics or the file layout change, so stale cache files are never read.
@@ -367,7 +367,8 @@ class Pseudospectral:
         only), keyed by the equation (class, name, ν, lengths, initial condition), the
         resolution, the exact bytes of ``times`` and :data:`CACHE_VERSION`; a
         self-checking entry (:func:`teng_eq.cache.store_arrays`): a damaged or stale
-        file is recomputed, and concurrent writers never leave a partial one.
+        file is recomputed, and concurrent writers never leave a partial one; a cache
+        that cannot be written costs a warning, not the solution.
         ``cache_dir=None`` → :func:`teng_eq.cache.cache_dir`; ``False`` → no cache."""
         # Resolved before hashing, so that explicit defaults and None share one cache file.
         times, shape, dt = self._resolve(equation, times, n, dt)
@@ -384,8 +385,8 @@ class Pseudospectral:
             return ETDRK4Solution(equation, times, shape, dt, self.degree, int(cached["stride"]),
                                   cached["checkpoints"])
         solution = solve(equation, times, shape, dt, self.degree, self.memory)
-        store_arrays(path, {"times": times, "stride": np.asarray(solution.stride),
-                            "checkpoints": solution.checkpoints}, {"reference": key})
+        store_or_warn(path, {"times": times, "stride": np.asarray(solution.stride),
+                             "checkpoints": solution.checkpoints}, {"reference": key}, "reference solution")
         return solution
 
     def anytime(self, equation, t_final: float, *, cache_dir=None) -> ETDRK4Solution:
