@@ -144,8 +144,9 @@ class Stop(Exception):
 
 def test_adaptive_teng_resumed_equals_uninterrupted(tmp_path, warm_cache):
     """TENG-Heun with dt: auto on the tiny problem: the first try is rejected, the run
-    lands on its output times and ends exactly at t_final; killed after its fourth
-    step and resumed from the checkpoint of the second, it ends where the uninterrupted
+    lands on its output times and ends exactly at t_final; killed when it reports its
+    third step (which the driver then saves, between the checkpoints of steps 2 and 4)
+    and resumed, it ends where the uninterrupted
     run ends (θ, errors, estimate, step sizes, controller counts: to 1e-12 and in fact
     bit for bit)."""
     cfg, cache_dir = make_config(*TINY), warm_cache
@@ -154,14 +155,14 @@ def test_adaptive_teng_resumed_equals_uninterrupted(tmp_path, warm_cache):
     assert whole.scalars["steps_rejected"] >= 1 and whole.metrics["dt"][0] < 0.05
     store = CheckpointStore(tmp_path / "c.npz", {"run": "r"})
 
-    def stop_at_4(rec):
-        if rec.step == 4:
+    def stop_at_3(rec):
+        if rec.step == 3:
             raise Stop
 
     with pytest.raises(Stop):
-        run_simulation(cfg, cache_dir=cache_dir, checkpoints=store, checkpoint_every=2, on_step=stop_at_4)
+        run_simulation(cfg, cache_dir=cache_dir, checkpoints=store, checkpoint_every=2, on_step=stop_at_3)
     resumed = run_simulation(cfg, cache_dir=cache_dir, checkpoints=store, checkpoint_every=2)
-    assert resumed.resumed_from == 2
+    assert resumed.resumed_from == 3
     for a, b in zip(_leaves(resumed.network), _leaves(whole.network), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
     for name in ("times", "rel_l2", "est_rel_l2"):

@@ -167,7 +167,9 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     steps, sequential = method.steps, method.sequential
     snapshots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     wanted_steps, wanted_times = set(snapshot_steps), {float(t) for t in snapshot_times}
-    history = History.empty(steps, steps + 1)
+    # Times: one per step for TENG and TDVP, every Δt of the horizon for block methods.
+    n_times = steps + 1 if adaptive else cfg.n_steps + 1
+    history = History.empty(steps, n_times)
     if not adaptive:
         history.times[:] = fixed_times
     estimate = None
@@ -345,7 +347,8 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
         for n in range(cfg.n_steps + 1):
             measure(n, state)
 
-    n_times = steps + 1
+    if adaptive:
+        n_times = steps + 1
     err_sq, ref_sq, times = history.err_sq[:n_times], history.ref_sq[:n_times], history.times[:n_times]
     per_step = {k: v[:steps] for k, v in history.metrics.items()}
     scalars = {"iterations_total": clock["iterations_total"]}
