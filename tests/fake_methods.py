@@ -68,3 +68,50 @@ class Toy(Method):
 
     def network(self, state):
         return state["a"]
+
+
+#: :class:`Decay` in place of the default method group, as :data:`TOY` does for :class:`Toy`.
+DECAY = ["method.impl=fake_methods:Decay", "+method.constant=0.5",
+         *(f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first", "subsample",
+                                        "solver", "damping", "stopping", "holdout", "grid", "network", "fit"))]
+
+
+class Decay(Method):
+    """A method the step-size controller can drive: ``a ← a (1 − Δt)`` per step (no
+    randomness), reporting an embedded estimate ``local_error = constant·Δt²`` (order 2,
+    as Heun–Euler's) and ``u_l2 = ‖a‖``: the controller's decisions follow in closed
+    form, and the state after a step shows whether a rejected try touched it."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        constant: float
+
+    constant: float = eqx.field(static=True)
+
+    @classmethod
+    def build(cls, options, problem, *, cache_dir=None, log=None):
+        return cls(steps=problem.steps, constant=options.constant)
+
+    @classmethod
+    def network_template(cls, options, problem):
+        return jnp.zeros(3)
+
+    @classmethod
+    def error_order(cls, options) -> int:
+        return 2
+
+    def init(self):
+        return jnp.array([1.0, 0.5, -0.25])
+
+    def step(self, state, key, dt=None):
+        a = state * (1.0 - dt)
+        record = StepRecord(losses=jnp.zeros((1, 1)), lsq=jnp.zeros((1, 1)),
+                            metrics={"step_loss": jnp.zeros(()), "local_error": self.constant * dt**2,
+                                     "u_l2": jnp.sqrt(jnp.sum(a * a))})
+        return a, record
+
+    def values(self, state, points, t):
+        return state[0] * jnp.sin(points[:, 0]) + state[1] * jnp.cos(points[:, 1]) + state[2]
+
+    def network(self, state):
+        return state

@@ -130,11 +130,12 @@ class Progress:
             return
         self._fit_close()
         if self.steps is None:
-            self.steps = tqdm(total=rec.of, desc=self.name, unit="step", file=sys.stderr, dynamic_ncols=True)
+            self.steps = tqdm(total=rec.of or None, desc=self.name, unit="step", file=sys.stderr, dynamic_ncols=True)
         if rec.step == 1:
-            self.steps.reset(total=rec.of)  # the rate counts steps, not compilation
+            self.steps.reset(total=rec.of or None)  # the rate counts steps, not compilation (None: adaptive)
         if rec.step > 0:
-            shown = {k: rec.metrics[k] for k in ("rel_l2", "step_loss") if k in rec.metrics}
+            shown = {k: rec.metrics[k] for k in ("t", "dt", "rel_l2", "est_rel_l2", "step_loss")
+                     if k in rec.metrics}
             self.steps.set_postfix_str(" ".join(f"{k}={v:.2e}" for k, v in shown.items()), refresh=False)
             self.steps.update(rec.step - self.steps.n)
 
@@ -226,7 +227,10 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
 
         try:
             result = run_simulation(run_cfg, on_step=on_step, cache_dir=opts.cache_dir,
-                                    snapshot_steps=spread(run_cfg.n_steps, 3, first=0), log=progress.log,
+                                    snapshot_steps=() if run_cfg.adaptive else spread(run_cfg.n_steps, 3, first=0),
+                                    snapshot_times=[*(run_cfg.t_final * i / 3 for i in range(3)), run_cfg.t_final]
+                                    if run_cfg.adaptive else (),
+                                    log=progress.log,
                                     checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
                                     divergence_factor=opts.divergence_factor)
         except interrupts.Interrupted as stop:
@@ -263,6 +267,8 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str) -> None:
     for key in ("global_rel_l2", "runtime_s", "eval_s", "compile_s", "reference_s", "checkpoint_s"):
         run.metric(key, getattr(result, key))
     run.metric("final_rel_l2", result.rel_l2[-1])
+    for key, value in result.scalars.items():  # est_global_rel_l2, steps_accepted, steps_rejected, …
+        run.metric(key, value)
     for key, count in result.events.items():
         run.metric(f"{key}_total", count)
     if result.resumed_from:
@@ -289,6 +295,21 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str) -> None:
         warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
     for msg in warn:
         print(f"warning: {name}: {msg}", file=sys.stderr)
+    if result.sequential and "est_global_rel_l2" in result.scalars:
+        print(summary_line(result, name))
+
+
+def summary_line(result: RunResult, name: str) -> str:
+    """One line on what a run reached and what it estimates of its own error, e.g.
+    ``teng_heun-heat-dtauto: t=1 in 61 steps (3 rejected), Δt 0.0031–0.026;
+    error 1.1e-07 (estimate 2.3e-07), global 9.8e-08 (estimate 1.9e-07)``."""
+    s = result.scalars
+    steps = f"t={result.times[-1]:.6g} in {len(result.times) - 1} steps"
+    if "steps_rejected" in s:
+        dt = np.diff(result.times)
+        steps += f" ({int(s['steps_rejected'])} rejected), Δt {dt.min():.2g}–{dt.max():.2g}"
+    return (f"{name}: {steps}; error {result.rel_l2[-1]:.2g} (estimate {result.est_rel_l2[-1]:.2g}), "
+            f"global {result.global_rel_l2:.2g} (estimate {s['est_global_rel_l2']:.2g})")
 
 
 def log_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: RunResult, name: str,
@@ -322,7 +343,7 @@ def _write_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: 
         run.artifact(save_network(tmp / "theta.eqx", result.network), "params")
         step_times = result.times[1:] if result.sequential else np.arange(1, len(result.step_loss) + 1)
         plots.error_curve(tmp / "error.png", result.times, result.rel_l2, result.step_loss, title=name,
-                          step_times=step_times)
+                          step_times=step_times, estimate=result.est_rel_l2)
         plots.loss_iterations(tmp / "loss_iterations.png", table, spread(len(result.step_loss), 5),
                               result.step_loss, step_times, title=name)
         for png in ("error.png", "loss_iterations.png"):

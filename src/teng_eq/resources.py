@@ -23,6 +23,7 @@ check is against the host's (the preflight runs before any device is touched).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -51,12 +52,14 @@ def needs(cfg: RunConfig) -> list[Need]:
     """What a job of ``cfg`` holds at once, largest first (see the module docstring)."""
     eq = cfg.equation
     points = cfg.eval_grid**eq.dim
-    steps = cfg.n_steps
+    # dt: auto grows its record as it steps: at least t_final/dt_max steps, surely held.
+    steps = cfg.n_steps if not cfg.adaptive else math.ceil(cfg.t_final / cfg.controller.dt_max)
+    dt = f"dt={cfg.dt:g}" if not cfg.adaptive else f"dt<={cfg.controller.dt_max:g}"
     out = [
         Need("eval_grid", cfg.eval_grid, points * (8 * eq.dim + 8 + 8 + 2 * 16),
              f"the error evaluation on {points:,} points"),
         Need("t_final", cfg.t_final, (steps + 1) * STEP_BYTES,
-             f"the per-step record of {steps:,} steps of dt={cfg.dt:g}"),
+             f"the per-step record of {steps:,} steps of {dt}"),
     ]
     options = cfg.method.options
     for key, (nbytes, what) in cfg.method.cls.memory(options, cfg.problem).items():
