@@ -154,3 +154,33 @@ def test_a_fit_above_its_tolerance_is_returned_but_not_cached(tmp_path, monkeypa
         assert report.cached is False and len(fits) == n
         np.testing.assert_array_equal(theta, np.arange(5.0))
     assert not list(tmp_path.rglob("*.npz"))
+
+
+def test_a_cache_that_cannot_be_written_costs_only_the_cache(tmp_path, monkeypatch, caplog):
+    """The cache folder goes away (or the disk fills) after the preflight checked
+    it: the θ₀ just fitted and the reference just computed are used for this run,
+    with one warning line each, and nothing is left half-written."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")  # every write under it fails (NotADirectoryError, an OSError)
+    cache = blocked / "cache"
+
+    def fit(net, u0, quadrature, *, key, fit, log=None):
+        return jnp.arange(5.0), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
+                                          converged=True, stage1_s=1.0, stage2_s=2.0)
+
+    monkeypatch.setattr(initial_fit, "initial_parameters", fit)
+    theta, report = initial_fit.cached_initial_parameters(
+        None, None, None, key=None, fit=None, description={"initial_condition": "sines2d", "grid": 32, "seed": 0},
+        directory=cache)
+    np.testing.assert_array_equal(theta, np.arange(5.0))
+    assert report.cached is False
+    eq = make_config("equation=allen_cahn", "equation.initial_condition=sines2d").equation
+    times = np.array([0.0, 0.1, 0.2])
+    solution = ref.reference_solution(eq, times, cache_dir=cache, n=16, dt=0.05)
+    uncached = ref.reference_solution(eq, times, cache_dir=False, n=16, dt=0.05)
+    for k in range(3):
+        np.testing.assert_array_equal(solution.spectrum(k), uncached.spectrum(k))
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [line.split(" not cached (")[0] for line in lines] == ["θ₀", "reference solution"]
+    assert all("\n" not in line and line.endswith("used for this run only") for line in lines)
+    assert blocked.read_text() == ""

@@ -316,8 +316,9 @@ class _Killed(Exception):
 ])
 def test_baseline_resumed_from_a_checkpoint_ends_where_the_uninterrupted_run_does(
         tmp_path, warm_cache, method, overrides):
-    """Killed after step 3 with checkpoints every 2 steps, the run resumes from step 2's
-    state (the optimiser's included) and ends at the θ of a run never stopped."""
+    """Stopped after step 3 with checkpoints every 2 steps (the callback raises, as a
+    signal's stop does: the step it reported is saved first), the run resumes from
+    step 3's state (the optimiser's included) and ends at the θ of a run never stopped."""
     cfg = make_config(*SMALL, f"method={method}", *overrides)
     whole = run_simulation(cfg, cache_dir=warm_cache)
     store = CheckpointStore(tmp_path / "c.npz", {"run": method})
@@ -329,7 +330,7 @@ def test_baseline_resumed_from_a_checkpoint_ends_where_the_uninterrupted_run_doe
     with pytest.raises(_Killed):
         run_simulation(cfg, cache_dir=warm_cache, on_step=kill_after_3, checkpoints=store, checkpoint_every=2)
     resumed = run_simulation(cfg, cache_dir=warm_cache, checkpoints=store, checkpoint_every=2)
-    assert resumed.resumed_from == 2
+    assert resumed.resumed_from == 3
 
     def theta(result):
         return ravel_pytree(eqx.filter(result.network, eqx.is_array))[0]

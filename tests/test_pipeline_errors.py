@@ -29,6 +29,11 @@ def _sweep(tmp_path, *overrides, flags=()):
         ((), "foo=1", "'foo'"),  # Hydra's own error spans many lines
         ((), "subsample=10000", "subsample=10000"),
         (("-m",), "dt=0.02,-1", "dt=-1.0"),  # the second job of a sweep: the first never starts
+        # Found by writing a file there, whoever runs it (as root os.access passes /proc).
+        ((), "cache_dir=/proc/nope", "cache_dir='/proc/nope': cannot write in /proc/nope"),
+        # Sizes the machine cannot hold (once: a traceback after 29 s, "Unable to allocate 74.5 GiB").
+        ((), "eval_grid=100000", "eval_grid=100000: the error evaluation on 10,000,000,000 points needs"),
+        ((), "t_final=1e9", "t_final=1000000000.0: the per-step record of 200,000,000,000 steps"),
     ],
 )
 def test_bad_config_one_line_no_run(tmp_path, flags, override, needle):

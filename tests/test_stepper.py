@@ -116,6 +116,23 @@ def test_adaptive_stage_stops_early_when_already_converged(heat_step):
         assert float(again.final_loss) == pytest.approx(float(stepper.loss(theta2, target)), rel=1e-6)
 
 
+def test_local_error_stage_stops_at_a_fraction_of_the_expected_error(heat_step):
+    """Under ``local_error`` a stage stops once its residual is below ``floor``·ε: with
+    ε 100× the residual after one iteration and floor 0.1, after that one iteration
+    (``min_iters`` = 1); with ε = 0 only by its patience or the cap — and then where
+    the ``fixed`` policy's stage has gone."""
+    p, target = heat_step
+    fixed = p.solver()
+    run = eqx.filter_jit(lambda s, th, k, e: s.stage(th, target, k, 7, 512, 384, e))
+    _, log = run(fixed, p.theta0, jax.random.PRNGKey(1), None)
+    eps = 100 * math.sqrt(float(log.loss[1]))
+    by_error = p.solver(stopping=Stopping("local_error", min_iters=1, rtol=0.5, patience=3, floor=0.1))
+    _, early = run(by_error, p.theta0, jax.random.PRNGKey(1), eps)
+    assert int(early.iterations) == 1 and float(early.final_loss) == float(log.loss[1])
+    _, late = run(by_error, p.theta0, jax.random.PRNGKey(1), 0.0)
+    assert int(late.iterations) > 3 and float(late.final_loss) <= np.nanmin(np.asarray(log.loss)) * 10
+
+
 def test_adaptive_stage_runs_to_the_cap_while_it_improves(heat_step):
     """Heavy damping makes every iteration a small, sure improvement: the stage
     never meets its stopping test and runs to the cap."""
@@ -183,7 +200,7 @@ def test_best_so_far_keeps_the_lowest_loss():
 def test_a_tableau_checks_itself():
     """The tableaus in use satisfy Butcher's order conditions; an inconsistent one, or a
     row of the wrong length, is refused when it is made."""
-    assert sorted(TABLEAUS) == ["euler", "heun", "rk4"] and (EULER.order, HEUN.order, RK4.order) == (1, 2, 4)
+    assert sorted(TABLEAUS) == ["bs3", "euler", "heun", "heun_fsal", "rk4"] and (EULER.order, HEUN.order, RK4.order) == (1, 2, 4)
     with pytest.raises(ValueError, match="not of order 2: order condition 2"):
         ButcherTableau("bad", a=((0.5,),), b=(0.5, 0.5), order=2)  # c₂ = ½ needs b = (0, 1)
     with pytest.raises(ValueError, match="not of order 1: order condition 1"):

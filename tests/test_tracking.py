@@ -226,3 +226,35 @@ def test_a_sweep_lists_the_finished_runs_it_reused(store):
     assert set(load_runs(uri, sweep=parent)["run_id"]) == {done, own}
     assert set(load_runs(uri, sweep=old_parent)["run_id"]) == {done}
     client.set_terminated(parent)
+
+
+def test_store_calls_retry_transient_failures_within_their_budget():
+    """A locked database or a refused connection is tried again (with backoff) until
+    the budget is spent; a refused request is raised at once."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, TEMPORARILY_UNAVAILABLE
+
+    from teng_eq.tracking import StoreUnavailable
+    from teng_eq.tracking.store import is_transient, retrying
+
+    locked = MlflowException("(sqlite3.OperationalError) database is locked", error_code=TEMPORARILY_UNAVAILABLE)
+    refused = MlflowException("API request to http://h:5000/api/2.0/mlflow/runs/get failed with exception "
+                              "HTTPConnectionPool(host='h', port=5000): Max retries exceeded (Connection refused)")
+    bad = MlflowException("Invalid value for parameter", error_code=INVALID_PARAMETER_VALUE)
+    assert is_transient(locked) and is_transient(refused) and not is_transient(bad)
+    calls = []
+
+    def flaky():
+        calls.append(time.monotonic())
+        if len(calls) < 3:
+            raise locked if len(calls) == 1 else refused
+        return "done"
+
+    assert retrying(flaky, budget_s=30, what="store") == "done" and len(calls) == 3
+    assert calls[2] - calls[1] > calls[1] - calls[0] > 0.3  # backing off
+    with pytest.raises(StoreUnavailable, match=r"^the MLflow store store did not answer for 1 s \(Connection refused\)"):
+        retrying(lambda: (_ for _ in ()).throw(refused), budget_s=1, what="store")
+    calls.clear()
+    with pytest.raises(MlflowException, match="Invalid value"):
+        retrying(lambda: calls.append(1) or (_ for _ in ()).throw(bad), budget_s=30, what="store")
+    assert calls == [1]

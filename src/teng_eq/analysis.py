@@ -17,8 +17,9 @@ import pandas as pd
 from teng_eq.options import BOOKKEEPING
 
 # Axes first in every grouping and label, in this order; the rest follow sorted.
-LEADING = ("method", "equation", "dt")
-METRICS = ("global_rel_l2", "runtime_s", "compile_s", "fit_s", "reference_s")
+LEADING = ("method", "equation", "adaptive", "dt")
+METRICS = ("global_rel_l2", "runtime_s", "compile_s", "fit_s", "reference_s", "est_global_rel_l2",
+           "steps_accepted", "steps_rejected", "iterations_total")
 
 
 class PowerLaw(NamedTuple):
@@ -107,6 +108,11 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
     for name in METRICS:
         col = f"metrics.{name}"
         out[name] = runs[col].astype(float) if col in runs else np.nan
+    # dt: auto (the step-size controller) is a kind of run, not a step size.
+    dt = out["dt"].astype(str) if "dt" in out else pd.Series("", index=out.index)
+    out["adaptive"] = dt == "auto"
+    if "dt" in out:
+        out["dt"] = pd.to_numeric(out["dt"], errors="coerce")
     return out.reset_index(drop=True)
 
 
@@ -209,6 +215,27 @@ def method_by_equation(table: pd.DataFrame, methods: Sequence[str] = (),
 
 def _rank(name, order: Sequence[str]) -> int:
     return list(order).index(name) if name in order else len(order)
+
+
+def curve_times(steps, dt: float, t_curve=None) -> np.ndarray:
+    """The times of a run's metric ``steps``: ``step·dt`` with a fixed Δt, else read from
+    its ``t`` curve ``(steps, t)`` (logged from step 1; step 0 is t = 0)."""
+    steps = np.asarray(steps, dtype=int)
+    if t_curve is None or not len(t_curve[0]):
+        return steps * float(dt)
+    by_step = dict(zip(np.asarray(t_curve[0], int), np.asarray(t_curve[1], float)))
+    by_step.setdefault(0, 0.0)
+    return np.array([by_step.get(int(n), np.nan) for n in steps])
+
+
+def estimate_ratio(rel_l2: tuple, est_rel_l2: tuple, skip: int = 5) -> tuple[float, float]:
+    """Min and max over steps ``> skip`` of ``est_rel_l2 / rel_l2`` (curves ``(steps, values)``,
+    matched by step): how well a run's a-posteriori estimate tracks its true error
+    (README "Error control"). NaN where the curves share no such step."""
+    true = dict(zip(np.asarray(rel_l2[0], int), np.asarray(rel_l2[1], float)))
+    ratios = [v / true[n] for n, v in zip(np.asarray(est_rel_l2[0], int), np.asarray(est_rel_l2[1], float))
+              if n > skip and n in true and true[n] > 0]
+    return (float(np.min(ratios)), float(np.max(ratios))) if ratios else (float("nan"), float("nan"))
 
 
 def step_near(table: np.ndarray, t: float) -> int:

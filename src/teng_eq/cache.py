@@ -13,13 +13,15 @@ one, never half of one.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +39,49 @@ def cache_dir(path=None) -> Path:
         return Path(path).expanduser()
     env = os.environ.get("TENG_EQ_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "teng-eq"
+
+
+def probe_folder(path) -> str | None:
+    """Why this process cannot write files in folder ``path``, or None when it can.
+
+    Checked by doing it: the missing folders are created, a file is created and
+    removed in it, and the folders this made are removed again. ``os.access``
+    cannot tell: as root it says every folder is writable, ``/proc`` included."""
+    folder = Path(path).expanduser().absolute()
+    made: list[Path] = []
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    try:
+        for p in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+            p.mkdir()
+            made.append(p)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".teng-eq-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        return f"cannot write in {folder} ({err.strerror or err}: {err.filename})"
+    finally:
+        for p in reversed(made):
+            with contextlib.suppress(OSError):
+                p.rmdir()  # only if still empty: a parallel job may have started using it
+    return None
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the file ``path`` (created if missing; left in
+    place) for the duration of the block: processes on one host, and on hosts
+    sharing the filesystem where it supports locks, take turns. The lock goes
+    with the process, so a killed holder never leaves it taken."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def digest(description: dict, extra: bytes = b"") -> str:
@@ -86,6 +131,19 @@ def store_arrays(path: Path, arrays: Mapping[str, np.ndarray], key: Mapping) -> 
     members = {**arrays, _KEY: np.array(key_json), _DIGEST: np.array(_content_digest(key_json, arrays))}
     write_atomic(path, lambda f: np.savez(f, **members))
     return Path(path)
+
+
+def store_or_warn(path: Path, arrays: Mapping[str, np.ndarray], key: Mapping, what: str) -> bool:
+    """:func:`store_arrays`, except that a cache that cannot be written (disk full,
+    folder gone or read-only) costs only the cache: one warning line, and the
+    caller uses what it computed for this run. True when stored."""
+    try:
+        store_arrays(path, arrays, key)
+    except OSError as err:
+        _log.warning("%s not cached (%s: %s): used for this run only", what, Path(path).parent,
+                     err.strerror or err)
+        return False
+    return True
 
 
 def check_arrays(path: Path, key: Mapping) -> tuple[dict[str, np.ndarray] | None, str | None]:

@@ -29,12 +29,13 @@ import numpy as np
 from jaxtyping import PyTree
 
 from teng_eq.cache import cache_dir, load_arrays, store_arrays
+from teng_eq.errors import WriteFailed
 from teng_eq.results import StepRecord
 
 _log = logging.getLogger(__name__)
 
 #: Bumped when the content of a checkpoint changes.
-VERSION = 2
+VERSION = 3
 
 
 def state_bytes(state: PyTree) -> np.ndarray:
@@ -59,7 +60,8 @@ def save_network(path: Path, network: eqx.Module) -> Path:
 @dataclasses.dataclass
 class History:
     """What the driver keeps of a run's steps 1..n, as a checkpoint holds it
-    (:func:`teng_eq.simulation.run_simulation`)."""
+    (:func:`teng_eq.simulation.run_simulation`). A run whose steps the controller
+    chooses does not know their number: :meth:`reserve` grows the arrays."""
 
     err_sq: np.ndarray  # (n_times,) squared error norm at each time (sequential methods)
     ref_sq: np.ndarray  # (n_times,) squared reference norm
@@ -68,15 +70,36 @@ class History:
     metrics: dict[str, np.ndarray]  # the method's per-step metrics, each (steps,)
     tables: list[np.ndarray]  # one (rows, 4) loss table per step done
     snapshot_states: dict[int, np.ndarray]  # time index -> state bytes (sequential methods)
+    times: np.ndarray  # (n_times,) physical time of each time index
+    u_sq: np.ndarray  # (n_times,) squared norm of û on the error estimate's points
+    est: np.ndarray  # (n_times,) a-posteriori error estimate E_n (teng_eq.estimate); NaN without one
+    est_vector: np.ndarray  # the estimate's error vector on its points, as of the last step (teng_eq.estimate)
 
     @classmethod
     def empty(cls, steps: int, n_times: int) -> History:
-        return cls(np.zeros(n_times), np.zeros(n_times), np.full(n_times, np.nan), np.zeros(steps), {}, [], {})
+        return cls(np.zeros(n_times), np.zeros(n_times), np.full(n_times, np.nan), np.zeros(steps), {}, [], {},
+                   np.zeros(n_times), np.zeros(n_times), np.full(n_times, np.nan), np.zeros(0))
+
+    def reserve(self, steps: int) -> None:
+        """Room for ``steps`` steps (and ``steps + 1`` times), at least doubling."""
+        if len(self.wall) >= steps:
+            return
+        steps = max(steps, 2 * len(self.wall))
+
+        def grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
+            return np.concatenate([a, np.full(n - len(a), fill)])
+
+        self.err_sq, self.ref_sq, self.times, self.u_sq = (
+            grow(a, steps + 1, 0.0) for a in (self.err_sq, self.ref_sq, self.times, self.u_sq))
+        self.boundary, self.est = grow(self.boundary, steps + 1, np.nan), grow(self.est, steps + 1, np.nan)
+        self.wall = grow(self.wall, steps, 0.0)
+        self.metrics = {k: grow(v, steps, np.nan) for k, v in self.metrics.items()}
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The history as named arrays (a checkpoint's ``record``)."""
         rows = np.array([len(t) for t in self.tables], dtype=np.int64)
         out = {"err_sq": self.err_sq, "ref_sq": self.ref_sq, "boundary": self.boundary, "wall": self.wall,
+               "times": self.times, "u_sq": self.u_sq, "est": self.est, "est_vector": self.est_vector,
                "loss_rows": rows,
                "losses": np.concatenate(self.tables) if self.tables else np.zeros((0, 4))}
         out.update({f"scalar.{k}": v for k, v in self.metrics.items()})
@@ -93,6 +116,8 @@ class History:
             tables=list(np.split(a["losses"], splits)) if len(a["loss_rows"]) else [],
             snapshot_states={int(k.removeprefix("snapshot.")): v for k, v in a.items()
                              if k.startswith("snapshot.")},
+            times=a["times"].copy(), u_sq=a["u_sq"].copy(), est=a["est"].copy(),
+            est_vector=a["est_vector"].copy(),
         )
 
     def record(self, n: int, of: int, t: float | None) -> StepRecord:
@@ -103,6 +128,8 @@ class History:
             metrics["rel_l2"] = float(np.sqrt(self.err_sq[n] / self.ref_sq[n]))
             if np.isfinite(self.boundary[n]):
                 metrics["boundary_max_abs"] = float(self.boundary[n])
+            if np.isfinite(self.est[n]):
+                metrics["est_rel_l2"] = float(self.est[n] / np.sqrt(self.u_sq[n]))
         if n > 0:
             metrics["wall_time_s"] = float(self.wall[n - 1])
         table = self.tables[n - 1] if n else np.zeros((0, 4))
@@ -131,6 +158,7 @@ class CheckpointStore:
         self.path = Path(path)
         self.key = {"kind": "checkpoint", "version": VERSION, **describe}
         self.seconds = 0.0  # time spent writing
+        self.step: int | None = None  # the step of the checkpoint on disk (saved or loaded)
 
     @classmethod
     def for_run(cls, config_hash: str, run_id: str, *, directory=None) -> CheckpointStore:
@@ -139,11 +167,20 @@ class CheckpointStore:
 
     def save(self, step: int, state: PyTree, record: Mapping[str, np.ndarray],
              info: Mapping[str, float]) -> None:
+        """Replace the checkpoint by the one after ``step``; a file that cannot be
+        written raises :class:`~teng_eq.errors.WriteFailed` and leaves the previous one."""
         start = time.perf_counter()
         arrays = {f"record.{k}": np.asarray(v) for k, v in record.items()}
         arrays["state"] = state_bytes(state)
         arrays["info"] = np.array(json.dumps({"step": int(step), **{k: float(v) for k, v in info.items()}}))
-        store_arrays(self.path, arrays, self.key)
+        try:
+            store_arrays(self.path, arrays, self.key)
+        except OSError as err:  # the temporary file is gone, the previous checkpoint untouched
+            kept = (f"the checkpoint of step {self.step} is intact: the same command resumes from it"
+                    if self.step is not None else "there is no earlier checkpoint")
+            raise WriteFailed(f"the checkpoint after step {step} could not be written in {self.path.parent} "
+                              f"({err.strerror or err}); {kept}") from err
+        self.step = int(step)
         self.seconds += time.perf_counter() - start
 
     def load(self, like: PyTree) -> Checkpoint | None:
@@ -160,6 +197,7 @@ class CheckpointStore:
             _log.warning("checkpoint %s does not fit this method's state (%s): starting afresh",
                          self.path, err)
             return None
+        self.step = step
         return Checkpoint(step=step, state=state, record=record, info=info)
 
     def clear(self) -> None:

@@ -20,10 +20,12 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from teng_eq.controller import Controller
 from teng_eq.equations import Equation, build_equation
 from teng_eq.errors import ConfigError, bad
+from teng_eq.estimate import KINDS
 from teng_eq.methods.base import Method, Problem
-from teng_eq.options import BOOKKEEPING, at_least, import_impl, options_from, typed
+from teng_eq.options import BOOKKEEPING, at_least, import_impl, one_of, options_from, typed
 
 #: Top-level keys that only feed method groups (by interpolation): short to type in
 #: a sweep (``iters=5,7``), meaningful only to a method whose yaml reads them.
@@ -48,25 +50,35 @@ class MethodConfig:
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """One job's numerics: the equation, the method (with its own options), time
-    step and horizon, the error-evaluation grid and the seed."""
+    step (None: ``dt: auto``, chosen by the ``controller``) and horizon, the
+    error-evaluation grid, the seed, and the kind of a-posteriori error ``estimate``
+    (:mod:`teng_eq.estimate`)."""
 
     equation: Equation
     method: MethodConfig
-    dt: float
+    dt: float | None
     t_final: float
     eval_grid: int
     seed: int
+    controller: Controller
+    estimate: str
 
     #: The top-level keys of the run proper (``equation`` and ``method`` aside).
-    KEYS = ("dt", "t_final", "eval_grid", "seed")
+    KEYS = ("dt", "t_final", "eval_grid", "seed", "controller", "estimate")
 
     @property
     def problem(self) -> Problem:
         return Problem(equation=self.equation, dt=self.dt, t_final=self.t_final, seed=self.seed)
 
     @property
-    def n_steps(self) -> int:
-        return self.problem.steps
+    def adaptive(self) -> bool:
+        """``dt: auto``: the step-size controller chooses every Δt."""
+        return self.dt is None
+
+    @property
+    def n_steps(self) -> int | None:
+        """Steps of a fixed-Δt run; None with ``dt: auto`` (the controller decides)."""
+        return None if self.adaptive else self.problem.steps
 
     @classmethod
     def from_mapping(cls, cfg: Mapping, rename: Callable[[str], str] | None = None) -> RunConfig:
@@ -92,22 +104,35 @@ class RunConfig:
             bad("method.name", name, "must be a string")
         options = options_from(import_impl(impl, "method.impl").Options, m, "method")
         kw = {}
-        for key, kind in zip(cls.KEYS, (float, float, int, int)):
+        for key in cls.KEYS:
             if key not in cfg:
                 bad(key, None, "missing")
+        kw["dt"] = None if cfg["dt"] == "auto" else typed(cfg["dt"], float, "dt")
+        for key, kind in (("t_final", float), ("eval_grid", int), ("seed", int), ("estimate", str)):
             kw[key] = typed(cfg[key], kind, key)
+        kw["controller"] = options_from(Controller, cfg["controller"], "controller")
         run = cls(equation=equation, method=MethodConfig(name=name, impl=impl, options=options), **kw)
         run.validate()
         return run
 
     def validate(self) -> None:
         """Cross-key checks; the method's own (``Method.check``) come last."""
-        if not self.dt > 0:
-            bad("dt", self.dt, "must be > 0")
-        if not self.t_final >= self.dt:
-            bad("t_final", self.t_final, f"must be >= dt={self.dt}")
-        if abs(self.n_steps * self.dt - self.t_final) > 1e-9 * self.t_final:
-            bad("t_final", self.t_final, f"must be a whole number of steps of dt={self.dt}")
+        one_of("estimate", self.estimate, KINDS)
+        if self.estimate == "embedded" and not self.method.cls.error_order(self.method.options):
+            bad("estimate", self.estimate, f"method {self.method.name} has no embedded error estimate")
+        if self.adaptive:
+            if not self.t_final > 0:
+                bad("t_final", self.t_final, "must be > 0")
+            if not self.method.cls.error_order(self.method.options):
+                bad("dt", "auto", f"method {self.method.name} has no embedded error estimate for the "
+                    "step-size controller (TENG with integrator heun, bs3 or rk4 has)")
+        else:
+            if not self.dt > 0:
+                bad("dt", self.dt, "must be > 0 (or auto)")
+            if not self.t_final >= self.dt:
+                bad("t_final", self.t_final, f"must be >= dt={self.dt}")
+            if abs(self.n_steps * self.dt - self.t_final) > 1e-9 * self.t_final:
+                bad("t_final", self.t_final, f"must be a whole number of steps of dt={self.dt}")
         if self.eval_grid < 8:
             bad("eval_grid", self.eval_grid, "must be an integer >= 8")
         if self.seed < 0:
@@ -124,7 +149,10 @@ class JobOptions:
     end); ``resume``: continue this configuration's unfinished run, skip it when
     finished (else start a new run); ``divergence_factor``: a step whose loss
     exceeds this many times the median loss of the steps before it ends the
-    run as diverged (as does any non-finite value).
+    run as diverged (as does any non-finite value); ``store_retry_s``: seconds a
+    job waits for an MLflow store that does not answer when it needs it (to open
+    its run, upload artifacts, end the run) before it gives up — while stepping it
+    never waits, whatever this is.
     """
 
     tracking_uri: str | None
@@ -134,6 +162,7 @@ class JobOptions:
     checkpoint_every: int
     resume: bool
     divergence_factor: float
+    store_retry_s: float
 
     def validate(self, prefix: str) -> None:
         if not self.experiment_name.strip():
@@ -141,6 +170,8 @@ class JobOptions:
         at_least(prefix, self, 1, "checkpoint_every")
         if not self.divergence_factor > 1:
             bad("divergence_factor", self.divergence_factor, "must be a number > 1")
+        if not self.store_retry_s >= 0:
+            bad("store_retry_s", self.store_retry_s, "must be a number of seconds >= 0")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> JobOptions:

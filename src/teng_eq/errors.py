@@ -1,7 +1,7 @@
 """What can go wrong, at the bottom of the library: a bad configuration value
 (:class:`ConfigError`, raised by :func:`bad` with the one line every bad key gets,
 before any compute) and a run that computed but must not count (:class:`RunFailed`:
-:class:`Diverged`, :class:`Overfit`)."""
+:class:`Diverged`, :class:`Overfit`, :class:`WriteFailed`)."""
 
 from __future__ import annotations
 
@@ -53,3 +53,9 @@ class Overfit(RunFailed):
     @property
     def tags(self) -> dict[str, str]:
         return {"holdout_flag": "fail"}
+
+
+class WriteFailed(RunFailed):
+    """A file the run must keep (its checkpoint, an artifact) could not be written:
+    a full disk, a folder gone or read-only. The previous checkpoint is intact
+    (writes are atomic), so running the same command again resumes from it."""

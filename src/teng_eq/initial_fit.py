@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.cache import cache_dir, digest, load_arrays, store_arrays
+from teng_eq.cache import cache_dir, digest, load_arrays, store_or_warn
 from teng_eq.equations import Equation, operator
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, grid_points, norm2
@@ -64,8 +64,8 @@ class FitOptions:
     ``patience`` (chunks of :data:`CHUNK` iterations in a row that did not halve its
     loss), for stage 1 (value+gradient), stage 2 (value, plain iterations) and
     stage 2's Levenberg–Marquardt polish (``stage2_polish_iters``, 0: none); the
-    least squares of stage 2 (``solver``, ``damping``: by default those of the
-    time steps)."""
+    least squares of stage 2 (``solver``, ``damping``: θ₀'s own, the first try of
+    :func:`value_stage`)."""
 
     grid: int | None
     stage1_tol: float
@@ -127,14 +127,33 @@ class FitReport:
         return 0.0 if self.cached else self.stage1_s + self.stage2_s
 
 
+@dataclasses.dataclass(frozen=True)
+class FitProgress:
+    """One chunk of a θ₀ fit stage, as reported to ``log``: the stage, iterations
+    done of at most ``max_iters``, the loss and the ``target`` the stage is judged
+    by (None: none); ``str()`` is the log line. A progress display may show it as
+    a bar instead (:mod:`teng_eq.job`)."""
+
+    stage: str
+    iteration: int
+    max_iters: int
+    loss: float
+    target: float | None = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.stage}: iter {self.iteration} loss {self.loss:.3e}{self.detail}"
+
+
 def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float], *, tol: float,
-                   max_iters: int, chunk: int, patience: int, log: Callable[[str], None] | None,
+                   max_iters: int, chunk: int, patience: int, log: Callable[[object], None] | None,
                    label: str, describe: Callable[[object], str] = lambda carry: "",
-                   give_up: Callable[[object], bool] | None = None):
+                   goal: float | None = None, give_up: Callable[[object], bool] | None = None):
     """Run ``carry = run_chunk(carry)`` (``chunk`` iterations, jitted) until
     ``loss_of(carry) < tol``, ``max_iters`` iterations, or ``patience`` chunks in a
-    row that did not halve the best loss; each chunk reported to ``log``. With
-    ``give_up``, stop after the first chunk where ``give_up(carry)``."""
+    row that did not halve the best loss; each chunk reported to ``log`` as a
+    :class:`FitProgress` (``goal``: the loss the stage is judged by, default ``tol``).
+    With ``give_up``, stop after the first chunk where ``give_up(carry)``."""
     best, stale = loss_of(carry), 0
     for c in range(max(1, max_iters // chunk)):
         if loss_of(carry) < tol:
@@ -142,7 +161,8 @@ def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float
         carry = run_chunk(carry)
         current = loss_of(carry)
         if log is not None:
-            log(f"{label}: iter {(c + 1) * chunk} loss {current:.3e}{describe(carry)}")
+            log(FitProgress(label, (c + 1) * chunk, max_iters, current, tol if goal is None else goal,
+                            describe(carry)))
         if c == 0 and give_up is not None and give_up(carry):
             break
         stale = 0 if current < 0.5 * best else stale + 1
@@ -154,7 +174,8 @@ def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float
 
 def levenberg_marquardt(residual: Callable[[Array], Array], jacobian: Callable[[Array, Array], Array],
         theta: Float[Array, " params"], weight: float, *, key, subsample: int, tol: float, max_iters: int,
-        patience: int, chunk: int = CHUNK, log: Callable[[str], None] | None = None, label: str = "fit"):
+        patience: int, chunk: int = CHUNK, log: Callable[[object], None] | None = None, label: str = "fit",
+        goal: float | None = None):
     """Minimise ``w‖r(θ)‖²`` by damped Gauss–Newton on random parameter subsets S.
 
     Each iteration solves ``(J_SᵀJ_S + λ·tr(J_SᵀJ_S)/|S| · I) Δ = −J_Sᵀ r`` and keeps
@@ -188,14 +209,15 @@ def levenberg_marquardt(residual: Callable[[Array], Array], jacobian: Callable[[
         jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, iteration, carry)),
         (theta, loss(theta), jnp.asarray(1e-3), key), lambda carry: float(carry[1]), tol=tol,
         max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label,
-        describe=lambda carry: f" lambda {float(carry[2]):.1e}",
+        describe=lambda carry: f" lambda {float(carry[2]):.1e}", goal=goal,
     )
     return carry[0], float(carry[1])
 
 
 def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Array, " n"], *, key,
         subsample: int, tol: float, max_iters: int, patience: int, chunk: int = CHUNK,
-        log: Callable[[str], None] | None = None, label: str = "fit", give_up_if_stuck: bool = False):
+        log: Callable[[object], None] | None = None, label: str = "fit", goal: float | None = None,
+        give_up_if_stuck: bool = False):
     """Plain TENG iterations (Gauss–Newton on subsets, the solver's damping) towards
     ``target``, keeping the best θ seen (:class:`~teng_eq.stepper.BestSoFar`).
     Returns ``(θ, loss)``; with ``give_up_if_stuck``, stops after the first chunk if
@@ -216,7 +238,7 @@ def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Ar
     carry = iterate_chunks(
         jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, body, carry)),
         (theta, BestSoFar(theta, jnp.asarray(jnp.inf)), key), lambda carry: float(carry[1].loss),
-        tol=tol, max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label,
+        tol=tol, max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label, goal=goal,
         give_up=(lambda carry: bool(jnp.all(carry[1].theta == theta))) if give_up_if_stuck else None,
     )
     return carry[1].theta, float(carry[1].loss)
@@ -299,7 +321,8 @@ DAMPING_TRIES = 3
 
 
 def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, " params"],
-        target: Float[Array, " n"], fit: FitOptions, *, key, log: Callable[[str], None] | None = None):
+        target: Float[Array, " n"], fit: FitOptions, *, key, log: Callable[[object], None] | None = None,
+        goal: float | None = None):
     """Stage 2's plain iterations (:func:`refine`) towards ``target`` at the least
     damping that makes progress: ``fit.damping`` first; where its first chunk of
     :data:`CHUNK` iterations leaves the loss where it started (the undamped steps
@@ -319,14 +342,15 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
         solver = StageSolver(space, quadrature, fit.solver, damping)
         fitted, loss = refine(solver, theta, target, key=key, subsample=sub, tol=0.0,
                               max_iters=fit.stage2_max_iters, patience=fit.stage2_patience, log=log,
-                              label=f"θ₀ stage 2 (value, damping {damping:.0e})", give_up_if_stuck=not last)
+                              label=f"θ₀ stage 2 (value, damping {damping:.0e})", goal=goal,
+                              give_up_if_stuck=not last)
         if last or not bool(jnp.all(fitted == theta)):
             return fitted, loss, damping
         damping *= 10
 
 
 def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
-        fit: FitOptions, log: Callable[[str], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
+        fit: FitOptions, log: Callable[[object], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """Two-stage fit of ``net`` to ``u0`` on ``quadrature`` (no cache); stage 2's least
     squares are ``fit.solver`` and ``fit.damping``. Returns ``(θ₀, report)``."""
     space = ParamSpace(net)
@@ -358,13 +382,15 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
         label="θ₀ stage 1 (value+gradient)",
     )
     t1 = time.perf_counter()
-    theta, loss2, damping = value_stage(space, quadrature, theta, target2, fit, key=k2, log=log)
+    theta, loss2, damping = value_stage(space, quadrature, theta, target2, fit, key=k2, log=log,
+                                        goal=fit.stage2_tol * norm)
     if fit.stage2_polish_iters > 0:
         theta, loss2 = levenberg_marquardt(
             lambda th: solver.scaled(solver.values(th) - target2),
             lambda th, subset: solver.scaled(solver.jacobian(th, subset)[1]).T,
             theta, solver.weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
             patience=fit.polish_patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
+            goal=fit.stage2_tol * norm,
         )
     report = FitReport(stage1_loss=loss1, stage2_loss=loss2, stage2_rel_loss=loss2 / norm,
                        converged=bool(loss2 <= fit.stage2_tol * norm), stage1_s=t1 - t0,
@@ -374,14 +400,15 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
 
 def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
         fit: FitOptions, description: dict, directory=None,
-        log: Callable[[str], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
+        log: Callable[[object], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """:func:`initial_parameters`, cached under ``directory`` by ``description``
     (initial condition, architecture, grid, seed, fit settings). Stored as a
     self-checking entry (:func:`teng_eq.cache.store_arrays`: θ and the report as
     JSON, no pickle), refitted when missing, damaged or stale.
 
     A fit that did not reach its tolerance is returned with a warning and is
-    *not* written to the cache.
+    *not* written to the cache; nor is one the cache cannot take (disk full, a
+    folder gone: :func:`~teng_eq.cache.store_or_warn`), which this run still uses.
     """
     path = cache_dir(directory) / "theta0" / f"{fit_key(description)}.npz"
     entry_key = {**description, "version": FIT_VERSION}
@@ -397,5 +424,5 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
         )
         return theta, report
     info = np.array(json.dumps(dataclasses.asdict(report)))
-    store_arrays(path, {"theta": np.asarray(theta), "info": info}, entry_key)
+    store_or_warn(path, {"theta": np.asarray(theta), "info": info}, entry_key, "θ₀")
     return theta, report

@@ -42,6 +42,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -55,16 +56,43 @@ from teng_eq.results import StepRecord, stack_rows
 from teng_eq.stepper import StageSolver
 
 
+def _order_conditions(A: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
+    """Butcher's order conditions up to order 4, ``(value, exact)`` in order (1 for
+    order 1, 1 more for order 2, 2 more for order 3, 4 more for order 4)."""
+    c = A.sum(axis=1)
+    return [(b.sum(), 1.0), (b @ c, 1 / 2), (b @ c**2, 1 / 3), (b @ A @ c, 1 / 6),
+            (b @ c**3, 1 / 4), (b @ (c * (A @ c)), 1 / 8), (b @ A @ c**2, 1 / 12), (b @ A @ A @ c, 1 / 24)]
+
+
+#: How many of :func:`_order_conditions` a method of each order satisfies.
+_CONDITIONS = {0: 0, 1: 1, 2: 2, 3: 4, 4: 8}
+
+
 class ButcherTableau(eqx.Module):
     """An explicit Runge–Kutta tableau: ``a[j]`` are the coefficients of stage j+2
     (row j of the strictly lower triangle of A), ``b`` those of the step; the nodes
     are ``c_{j+1} = Σᵢ a[j][i]``. It checks itself: every row has its length, and
-    the order conditions up to ``order`` hold (Butcher's conditions, to round-off)."""
+    the order conditions up to ``order`` hold (Butcher's conditions, to round-off).
+
+    **Embedded error estimate** (optional): ``b_error`` are the weights of
+
+        err = Δt Σⱼ b_errorⱼ kⱼ = y_{t+Δt} − ŷ_{t+Δt},
+
+    the difference between the step and an embedded solution ŷ of lower order with
+    weights ``b − b_error`` (diffrax's convention). ``b_error`` may hold one weight
+    more than there are stages: the slope ``k_{s+1} = L[y_{t+Δt}]`` at the step's end
+    ("first same as last", FSAL; in TENG an operator evaluation on the final network,
+    no fit). ``err`` is of order ``error_order`` in Δt: the check is that ŷ satisfies
+    the order conditions up to ``error_order − 1`` and fails one of order
+    ``error_order``, so that ``err`` is neither of higher order than claimed nor zero.
+    """
 
     name: str = eqx.field(static=True)
     a: tuple[tuple[float, ...], ...] = eqx.field(static=True)
     b: tuple[float, ...] = eqx.field(static=True)
     order: int = eqx.field(static=True)
+    b_error: tuple[float, ...] | None = eqx.field(static=True, default=None)
+    error_order: int = eqx.field(static=True, default=0)
 
     def __check_init__(self):
         s = len(self.b)
@@ -75,25 +103,70 @@ class ButcherTableau(eqx.Module):
         A = np.zeros((s, s))
         for j, row in enumerate(self.a):
             A[j + 1, : j + 1] = row
-        b, c = np.asarray(self.b), A.sum(axis=1)
-        conditions = [(b.sum(), 1.0), (b @ c, 1 / 2), (b @ c**2, 1 / 3), (b @ A @ c, 1 / 6),
-                      (b @ c**3, 1 / 4), (b @ (c * (A @ c)), 1 / 8), (b @ A @ c**2, 1 / 12),
-                      (b @ A @ A @ c, 1 / 24)]
-        needed = {1: 1, 2: 2, 3: 4, 4: 8}[self.order]
-        for k, (value, exact) in enumerate(conditions[:needed]):
+        b = np.asarray(self.b)
+        for k, (value, exact) in enumerate(_order_conditions(A, b)[: _CONDITIONS[self.order]]):
             if abs(value - exact) > 1e-12:
                 raise ValueError(f"tableau {self.name!r} is not of order {self.order}: "
                                  f"order condition {k + 1} gives {value:.6g}, not {exact:.6g}")
+        if self.b_error is None:
+            return
+        if len(self.b_error) not in (s, s + 1) or not 2 <= self.error_order <= self.order + 1:
+            raise ValueError(f"tableau {self.name!r}: b_error needs {s} or {s + 1} weights and "
+                             f"2 <= error_order <= {self.order + 1}")
+        if self.fsal:  # the slope at the step's end: a stage whose row is b
+            A = np.block([[A, np.zeros((s, 1))], [b[None, :], np.zeros((1, 1))]])
+            b = np.append(b, 0.0)
+        conditions = _order_conditions(A, b - np.asarray(self.b_error))
+        held = [abs(value - exact) <= 1e-12 for value, exact in conditions]
+        low, high = _CONDITIONS[self.error_order - 1], _CONDITIONS[self.error_order]
+        if not all(held[:low]) or all(held[low:high]):
+            raise ValueError(f"tableau {self.name!r}: its embedded solution is not of order "
+                             f"{self.error_order - 1} exactly, so b_error is not an estimate of order "
+                             f"{self.error_order}")
 
     @property
     def stages(self) -> int:
         return len(self.b)
 
+    @property
+    def fsal(self) -> bool:
+        """Whether the error estimate uses the slope at the step's end (one operator
+        evaluation on the final network)."""
+        return self.b_error is not None and len(self.b_error) == len(self.b) + 1
+
+    @classmethod
+    def from_diffrax(cls, name: str, tableau, order: int, error_order: int) -> ButcherTableau:
+        """One of diffrax's explicit tableaux (``diffrax.<Solver>.tableau``), its FSAL stage
+        (a last row equal to the weights, weight 0) kept only in ``b_error``."""
+        a = [tuple(float(v) for v in row) for row in tableau.a_lower]
+        b = [float(v) for v in tableau.b_sol]
+        if tableau.fsal:
+            if b[-1] != 0.0 or a[-1] != tuple(b[:-1]):
+                raise ValueError(f"diffrax tableau {name!r}: its last stage is not first-same-as-last")
+            a, b = a[:-1], b[:-1]
+        return cls(name, a=tuple(a), b=tuple(b), order=order,
+                   b_error=tuple(float(v) for v in tableau.b_error), error_order=error_order)
+
 
 EULER = ButcherTableau("euler", a=(), b=(1.0,), order=1)
-HEUN = ButcherTableau("heun", a=((1.0,),), b=(0.5, 0.5), order=2)
-RK4 = ButcherTableau("rk4", a=((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), order=4)
-TABLEAUS: dict[str, ButcherTableau] = {t.name: t for t in (EULER, HEUN, RK4)}
+#: Heun's method with Euler embedded (diffrax's ``Heun``): err = Δt (k₁ − k₂)/2, the
+#: difference between TENG-Heun's result and its Euler predictor, of order 2 (it
+#: estimates the *Euler* step's local error, not Heun's own, which is O(Δt³)).
+HEUN = ButcherTableau.from_diffrax("heun", diffrax.Heun.tableau, order=2, error_order=2)
+#: Heun's method with an estimate of its *own* local error: with the slope at the step's
+#: end k₃ = L[y_{t+Δt}] (FSAL), err = Δt (k₂ − k₃)/3, of order 3 — to leading order exactly
+#: Heun's local error on a linear problem (there k₂ − k₃ = −Δt² L³y/2 and Heun's error is
+#: −Δt³ L³y/6), the f″(f, f) term of a nonlinear one aside. One operator evaluation more.
+HEUN_FSAL = ButcherTableau("heun_fsal", a=((1.0,),), b=(0.5, 0.5), order=2, b_error=(0.0, 1 / 3, -1 / 3),
+                           error_order=3)
+#: Classical RK4 with the third-order FSAL solution ŷ = y + Δt(k₁ + 2k₂ + 2k₃ + k₅)/6
+#: embedded, k₅ = L[y_{t+Δt}] (diffrax has no classical RK4 pair): err = Δt(k₄ − k₅)/6.
+RK4 = ButcherTableau("rk4", a=((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), order=4,
+                     b_error=(0.0, 0.0, 0.0, 1 / 6, -1 / 6), error_order=4)
+#: Bogacki–Shampine 3(2) (diffrax's ``Bosh3``): three fits, the second-order solution
+#: embedded through the FSAL slope at the step's end.
+BS3 = ButcherTableau.from_diffrax("bs3", diffrax.Bosh3.tableau, order=3, error_order=3)
+TABLEAUS: dict[str, ButcherTableau] = {t.name: t for t in (EULER, HEUN, HEUN_FSAL, RK4, BS3)}
 
 
 def combine(y0, dt: float, coeffs, slopes):
@@ -101,15 +174,20 @@ def combine(y0, dt: float, coeffs, slopes):
     return y0 + dt * sum(c * k for c, k in zip(coeffs, slopes) if c != 0.0)
 
 
-def explicit_rk(tableau: ButcherTableau, dt: float, y0, k1, slope: Callable[[int, object], object]):
-    """Walk an explicit tableau from ``y₀`` with first slope ``k₁``:
-    ``k_{j+1} = slope(j, y₀ + Δt Σ_{i≤j} a_{j+1,i} kᵢ)`` for j = 1 … s−1, then
-    return ``y₀ + Δt Σⱼ bⱼ kⱼ``. TENG walks it on function values (``slope`` fits
-    a network to the stage value first); TDVP on θ itself."""
+def rk_slopes(tableau: ButcherTableau, dt: float, y0, k1, slope: Callable[[int, object], object]) -> list:
+    """The slopes of an explicit tableau walked from ``y₀`` with first slope ``k₁``:
+    ``k_{j+1} = slope(j, y₀ + Δt Σ_{i≤j} a_{j+1,i} kᵢ)`` for j = 1 … s−1."""
     slopes = [k1]
     for j, row in enumerate(tableau.a, start=1):
         slopes.append(slope(j, combine(y0, dt, row, slopes)))
-    return combine(y0, dt, tableau.b, slopes)
+    return slopes
+
+
+def explicit_rk(tableau: ButcherTableau, dt: float, y0, k1, slope: Callable[[int, object], object]):
+    """Walk an explicit tableau (:func:`rk_slopes`) and return ``y₀ + Δt Σⱼ bⱼ kⱼ``.
+    TENG walks it on function values (``slope`` fits a network to the stage value
+    first); TDVP on θ itself."""
+    return combine(y0, dt, tableau.b, rk_slopes(tableau, dt, y0, k1, slope))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,11 +232,21 @@ class TENGStep(eqx.Module):
     """One time step ``θ_t ↦ θ_{t+Δt}`` of a TENG integrator.
 
     **Arguments:** the ``tableau``, the stage ``solver`` (network, quadrature
-    nodes, least squares, stopping policy), the ``equation``, ``dt``; the caps
+    nodes, least squares, stopping policy), the ``equation``, ``dt`` (None: every
+    call passes its own, as the step-size controller does); the caps
     ``iters`` (first stage) and ``iters_later``; the parameters drawn on a step's
     first iteration (``subsample_first``) and on the others (``subsample``); the
     rows of the nodes on a Dirichlet boundary (``boundary``, or None); the
     ``holdout`` quadrature of the held-out check (module docstring), or None.
+
+    With an embedded error estimate in the tableau (``b_error``), the step also
+    reports ``local_error`` = ‖Δt Σⱼ b_errorⱼ kⱼ‖_{L²} on the quadrature nodes (the
+    slopes the step computed anyway; with FSAL one more, ``L[û_{θ_{t+Δt}}]``) and
+    ``u_l2`` = ‖target‖_{L²}, the scale of a relative tolerance: what the step-size
+    controller (:mod:`teng_eq.controller`) reads. Dirichlet boundary rows are left
+    out of both (their target is the boundary value, not the PDE's). ``expected``:
+    the step's expected local error, the stages' floor under the ``local_error``
+    stopping policy (:mod:`teng_eq.stepper`).
     """
 
     tableau: ButcherTableau
@@ -173,9 +261,11 @@ class TENGStep(eqx.Module):
     holdout: Quadrature | None = None
 
     def __call__(
-        self, theta: Float[Array, " params"], key: PRNGKeyArray
+        self, theta: Float[Array, " params"], key: PRNGKeyArray, dt: Float[Array, ""] | float | None = None,
+        expected: Float[Array, ""] | None = None,
     ) -> tuple[Float[Array, " params"], StepRecord]:
         space, n = self.solver.space, self.solver.points.shape[0]
+        dt = self.dt if dt is None else dt
         # Targets on the nodes and the held-out points at once: one pass each.
         points, on_boundary = self.solver.points, self.boundary
         if self.holdout is not None:
@@ -191,7 +281,7 @@ class TENGStep(eqx.Module):
             if on_boundary is not None:
                 target = jnp.where(on_boundary, 0.0, target)
             iters, first = (self.iters, self.subsample_first) if j == 0 else (self.iters_later, self.subsample)
-            theta, log = self.solver.stage(theta, target[:n], keys[j], iters, first, self.subsample)
+            theta, log = self.solver.stage(theta, target[:n], keys[j], iters, first, self.subsample, expected)
             logs.append(log)
             return target
 
@@ -201,8 +291,17 @@ class TENGStep(eqx.Module):
 
         u_t = space.apply(theta, points)
         k1 = network_operator(self.equation, space, theta, points)
-        target = fit(self.tableau.stages - 1, explicit_rk(self.tableau, self.dt, u_t, k1, slope))
+        slopes = rk_slopes(self.tableau, dt, u_t, k1, slope)
+        target = fit(self.tableau.stages - 1, combine(u_t, dt, self.tableau.b, slopes))
         loss = logs[-1].final_loss
+        embedded = {}
+        if self.tableau.b_error is not None:
+            if self.tableau.fsal:
+                slopes.append(network_operator(self.equation, space, theta, self.solver.points))
+            interior = 1.0 if self.boundary is None else jnp.where(self.boundary, 0.0, 1.0)
+            err = combine(0.0, dt, self.tableau.b_error, [k[:n] for k in slopes])
+            embedded = {"local_error": jnp.sqrt(self.solver.norm2(interior * err)),
+                        "u_l2": jnp.sqrt(self.solver.norm2(interior * target[:n]))}
         if self.holdout is None:
             holdout_loss = ratio = jnp.full((), jnp.nan, theta.dtype)
         else:
@@ -216,5 +315,5 @@ class TENGStep(eqx.Module):
             losses=stack_rows([log.loss for log in logs], width),
             lsq=stack_rows([jnp.concatenate([log.lsq, jnp.full(1, jnp.nan)]) for log in logs], width),
             metrics={"step_loss": loss, "holdout_loss": holdout_loss, "holdout_ratio": ratio,
-                     "iterations": sum(log.iterations for log in logs), **events},
+                     "iterations": sum(log.iterations for log in logs), **events, **embedded},
         )

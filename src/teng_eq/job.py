@@ -1,9 +1,16 @@
 """One job of ``pipeline/sweep.py`` in its MLflow run: the composed config checked
 (:func:`teng_eq.preflight.validate_job`), the run opened (new, or its configuration's
 unfinished run resumed from its checkpoint; a finished configuration is skipped),
-:func:`teng_eq.simulation.run_simulation` with a progress bar and a callback that
+:func:`teng_eq.simulation.run_simulation` with a progress display and a callback that
 logs every step, then the end-of-run metrics, tags and artifacts. Hydra stays in
-the entry script, which hands over the composed config and a :class:`JobContext`."""
+the entry script, which hands over the composed config and a :class:`JobContext`.
+
+What the environment does to a job (README "Long runs"): a signal (SIGTERM,
+SIGINT, submitit's preemption) ends it at the end of the current step with that
+step checkpointed, its run KILLED, and the exit status 128 + the signal's number
+(:mod:`teng_eq.interrupts`); a checkpoint or artifact that cannot be written
+ends it FAILED (:class:`~teng_eq.errors.WriteFailed`); a store that goes away is
+the tracking writer's business (:mod:`teng_eq.tracking.writer`)."""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import importlib
 import logging
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import threading
@@ -23,13 +31,16 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
-from teng_eq import tracking
-from teng_eq.cache import digest
+from teng_eq import interrupts, tracking
+from teng_eq.cache import cache_dir, digest
 from teng_eq.checkpoint import CheckpointStore, save_network
-from teng_eq.errors import ConfigError, Overfit, RunFailed
+from teng_eq.errors import ConfigError, Overfit, RunFailed, WriteFailed
+from teng_eq.initial_fit import FitProgress
 from teng_eq.options import BOOKKEEPING
 from teng_eq.preflight import Job, validate_job
+from teng_eq.results import StepRecord
 from teng_eq.simulation import RunResult, run_simulation
 
 log = logging.getLogger(__name__)
@@ -75,13 +86,78 @@ def config_hash(resolved: dict) -> str:
     return digest({k: v for k, v in resolved.items() if k not in BOOKKEEPING})[:16]
 
 
+class Progress:
+    """What a person sees while a job runs, on stderr: a bar for each θ₀ fit stage
+    (iterations, loss, the target it is judged by), then one for the time steps
+    (step, ``rel_l2``, ``step_loss``); other lines (the library's, the log's) are
+    written above the bars instead of through them. ``enabled=False``: nothing."""
+
+    def __init__(self, enabled: bool, name: str):
+        self.enabled, self.name = enabled, name
+        self._fit: tqdm | None = None
+        self._fit_stage: str | None = None
+        self.steps: tqdm | None = None
+
+    def log(self, message) -> None:
+        """The library's ``log`` callback."""
+        if not self.enabled:
+            return
+        if isinstance(message, FitProgress):
+            self._fit_update(message)
+        else:
+            self._fit_close()
+            tqdm.write(str(message), file=sys.stderr)
+
+    def _fit_update(self, p: FitProgress) -> None:
+        if p.stage != self._fit_stage:
+            self._fit_close()
+            # Started at the first report (its chunk included compilation): the rate counts the rest.
+            self._fit = tqdm(total=p.max_iters, initial=p.iteration, desc=p.stage, unit="it", file=sys.stderr,
+                             dynamic_ncols=True)
+            self._fit_stage = p.stage
+        self._fit.update(p.iteration - self._fit.n)
+        target = f" target={p.target:.1e}" if p.target is not None else ""
+        self._fit.set_postfix_str(f"loss={p.loss:.2e}{target}")
+
+    def _fit_close(self) -> None:
+        if self._fit is not None:
+            self._fit.total = self._fit.n  # a stage ends at its tolerance or plateau, seldom at its cap
+            self._fit.close()
+            self._fit, self._fit_stage = None, None
+
+    def step(self, rec: StepRecord) -> None:
+        if not self.enabled:
+            return
+        self._fit_close()
+        if self.steps is None:
+            self.steps = tqdm(total=rec.of or None, desc=self.name, unit="step", file=sys.stderr, dynamic_ncols=True)
+        if rec.step == 1:
+            self.steps.reset(total=rec.of or None)  # the rate counts steps, not compilation (None: adaptive)
+        if rec.step > 0:
+            shown = {k: rec.metrics[k] for k in ("t", "dt", "rel_l2", "est_rel_l2", "step_loss")
+                     if k in rec.metrics}
+            self.steps.set_postfix_str(" ".join(f"{k}={v:.2e}" for k, v in shown.items()), refresh=False)
+            self.steps.update(rec.step - self.steps.n)
+
+    def close(self) -> None:
+        self._fit_close()
+        if self.steps is not None:
+            self.steps.close()
+            self.steps = None
+
+
 def main(cfg: DictConfig, context: JobContext) -> float:
     """The job (the body of ``pipeline/sweep.py``'s Hydra main): its global error.
 
-    A bad config exits with one line. A failed run (diverged, overfit) exits with
-    its reason in a single job; in a multirun its MLflow run is FAILED with the
-    reason and the other jobs go on (the sweep's parent reports it)."""
+    A bad config exits with one line. A failed run (diverged, overfit, a file it
+    could not write) exits with its reason in a single job; in a multirun its
+    MLflow run is FAILED with the reason and the other jobs go on (the sweep's
+    parent reports it). A signal ends the job (and a multirun) with one line and
+    the exit status 128 + its number, after its run is saved and KILLED; under
+    submitit, its preemption signal then requeues the job. A store that never came
+    back ends it with one line naming the local record of what was not logged."""
     job_start = time.perf_counter()
+    interrupts.install()
     # matplotlib (slow to import) loads beside θ₀ and compilation, not after the run.
     threading.Thread(target=importlib.import_module, args=("teng_eq.plots",), daemon=True).start()
     try:
@@ -89,12 +165,20 @@ def main(cfg: DictConfig, context: JobContext) -> float:
     except ConfigError as err:
         sys.exit(f"error: {err}")
     try:
-        return run_job(cfg, job, context, job_start)
+        with logging_redirect_tqdm(tqdm_class=tqdm):
+            return run_job(cfg, job, context, job_start)
+    except interrupts.Interrupted as stop:
+        then = "submitit requeues the job" if interrupts.chained(stop) else "the same command resumes it"
+        print(f"error: stopped by {stop}: the run is KILLED; {then}", file=sys.stderr)
+        interrupts.chain(stop)  # submitit's handler requeues the job (and exits)
+        raise SystemExit(stop.exit_code) from None
     except RunFailed as err:
         if not context.multirun:
             sys.exit(f"error: {err}")
         log.error("job %s FAILED: %s", context.job_num, err)
         return float("nan")
+    except tracking.StoreUnavailable as err:
+        sys.exit(f"error: {err}")
     except tracking.RunInProgress as err:
         if not context.multirun:
             sys.exit(f"error: {err}")
@@ -116,35 +200,47 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
     with tracking.tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=tags,
                               artifact_root=tracking.artifact_root_for(job.tracking_uri, context.root),
                               parent_run_id=os.environ.get(tracking.PARENT_RUN_ENV) if context.multirun else None,
-                              config_hash=chash, resume=opts.resume) as run:
+                              config_hash=chash, resume=opts.resume, retry_s=opts.store_retry_s,
+                              claim_lock=tracking.claim_lock(cache_dir(opts.cache_dir)),
+                              wait=context.multirun) as run:
         if run.outcome == "skipped":
             done = run.previous
             log.info("skipped: config_hash=%s is FINISHED as run %s (resume=false runs it again)",
                      chash, done.info.run_id)
             return float(done.data.metrics.get("global_rel_l2", float("nan")))
         checkpoints = CheckpointStore.for_run(chash, run.run_id, directory=opts.cache_dir)
+        run.spool = checkpoints.path.with_name(f"{run.run_id}.unlogged")  # beside the checkpoint
         run.params({**tracking.flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
-        bar = tqdm(total=run_cfg.n_steps, disable=not opts.progress, desc=name, file=sys.stderr)
+        progress = Progress(opts.progress, name)
+        last = [None]  # the last step reported
 
         def on_step(rec):
-            if rec.step == 1:
-                bar.reset(total=rec.of)  # the θ₀ fit before the first step must not count in the rate
+            interrupts.defer()  # stepping: a signal now stops the run at the end of the step
             with run.timed():
                 for key, value in rec.metrics.items():
                     run.metric(key, value, rec.step)
                 if rec.step == 1 or rec.step % 100 == 0 or rec.step % opts.checkpoint_every == 0:
                     run.flush()  # the run shows up in `mlflow ui` from the first step
-            if rec.step > 0:
-                shown = {k: rec.metrics[k] for k in ("rel_l2", "step_loss") if k in rec.metrics}
-                bar.set_postfix_str(" ".join(f"{k}={v:.2e}" for k, v in shown.items()))
-                bar.update()
+            progress.step(rec)
+            last[0] = rec.step
+            interrupts.check()
 
-        result = run_simulation(run_cfg, on_step=on_step, cache_dir=opts.cache_dir,
-                                snapshot_steps=spread(run_cfg.n_steps, 3, first=0),
-                                log=lambda msg: bar.write(msg) if opts.progress else None,
-                                checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
-                                divergence_factor=opts.divergence_factor)
-        bar.close()
+        try:
+            result = run_simulation(run_cfg, on_step=on_step, cache_dir=opts.cache_dir,
+                                    snapshot_steps=() if run_cfg.adaptive else spread(run_cfg.n_steps, 3, first=0),
+                                    snapshot_times=[*(run_cfg.t_final * i / 3 for i in range(3)), run_cfg.t_final]
+                                    if run_cfg.adaptive else (),
+                                    log=progress.log,
+                                    checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
+                                    divergence_factor=opts.divergence_factor)
+        except interrupts.Interrupted as stop:
+            stop.where = (f"after step {last[0]} of {run_cfg.n_steps} (saved)" if last[0] is not None
+                          else "before the first step")
+            raise
+        finally:
+            interrupts.defer(False)
+            progress.close()
+        interrupts.check()  # a stop after the last step: the final checkpoint holds the run
         log_result(run, result, name)
         log_artifacts(run, cfg, run_cfg, result, name, context.output_dir)
         run.flush()
@@ -158,6 +254,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
             raise Overfit(f"{name}: held-out loss exceeds the training loss more than "
                           f"holdout.fail={result.holdout.fail:g} times: the fits overfit the quadrature nodes")
     checkpoints.clear()  # the run is FINISHED: nothing left to resume
+    shutil.rmtree(run.spool, ignore_errors=True)  # a local record of an earlier attempt is obsolete
     return result.global_rel_l2
 
 
@@ -170,6 +267,8 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str) -> None:
     for key in ("global_rel_l2", "runtime_s", "eval_s", "compile_s", "reference_s", "checkpoint_s"):
         run.metric(key, getattr(result, key))
     run.metric("final_rel_l2", result.rel_l2[-1])
+    for key, value in result.scalars.items():  # est_global_rel_l2, steps_accepted, steps_rejected, …
+        run.metric(key, value)
     for key, count in result.events.items():
         run.metric(f"{key}_total", count)
     if result.resumed_from:
@@ -196,11 +295,39 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str) -> None:
         warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
     for msg in warn:
         print(f"warning: {name}: {msg}", file=sys.stderr)
+    if result.sequential and "est_global_rel_l2" in result.scalars:
+        print(summary_line(result, name))
+
+
+def summary_line(result: RunResult, name: str) -> str:
+    """One line on what a run reached and what it estimates of its own error, e.g.
+    ``teng_heun-heat-dtauto: t=1 in 61 steps (3 rejected), Δt 0.0031–0.026;
+    error 1.1e-07 (estimate 2.3e-07), global 9.8e-08 (estimate 1.9e-07)``."""
+    s = result.scalars
+    steps = f"t={result.times[-1]:.6g} in {len(result.times) - 1} steps"
+    if "steps_rejected" in s:
+        dt = np.diff(result.times)
+        steps += f" ({int(s['steps_rejected'])} rejected), Δt {dt.min():.2g}–{dt.max():.2g}"
+    return (f"{name}: {steps}; error {result.rel_l2[-1]:.2g} (estimate {result.est_rel_l2[-1]:.2g}), "
+            f"global {result.global_rel_l2:.2g} (estimate {s['est_global_rel_l2']:.2g})")
 
 
 def log_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: RunResult, name: str,
                   output_dir: Path) -> None:
-    """Config (resolved, and Hydra's .hydra/), plots, the per-iteration loss table, θ."""
+    """Config (resolved, and Hydra's .hydra/), plots, the per-iteration loss table, θ.
+    A file that cannot be written (a full disk) ends the run FAILED
+    (:class:`~teng_eq.errors.WriteFailed`): its checkpoint after the last step stays,
+    and running the same command again logs the results from it."""
+    try:
+        _write_artifacts(run, cfg, run_cfg, result, name, output_dir)
+    except OSError as err:
+        raise WriteFailed(f"{name}: an artifact could not be written ({err.strerror or err}: "
+                          f"{getattr(err, 'filename', None) or 'unknown file'}); the checkpoint after step "
+                          f"{len(result.step_loss)} is kept: the same command logs the results") from err
+
+
+def _write_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: RunResult, name: str,
+                     output_dir: Path) -> None:
     plots = importlib.import_module("teng_eq.plots")  # loaded in the background at the job's start
     with tempfile.TemporaryDirectory() as tmp, run.timed():
         tmp = Path(tmp)
@@ -216,7 +343,7 @@ def log_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: Run
         run.artifact(save_network(tmp / "theta.eqx", result.network), "params")
         step_times = result.times[1:] if result.sequential else np.arange(1, len(result.step_loss) + 1)
         plots.error_curve(tmp / "error.png", result.times, result.rel_l2, result.step_loss, title=name,
-                          step_times=step_times)
+                          step_times=step_times, estimate=result.est_rel_l2)
         plots.loss_iterations(tmp / "loss_iterations.png", table, spread(len(result.step_loss), 5),
                               result.step_loss, step_times, title=name)
         for png in ("error.png", "loss_iterations.png"):

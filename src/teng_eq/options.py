@@ -19,7 +19,7 @@ from teng_eq.errors import bad
 #: computes: left out of a run's ``config_hash`` (so a resumed or re-checkpointed
 #: run is the same run) and never an axis of comparison between runs.
 BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress",
-                         "checkpoint_every", "resume", "divergence_factor"})
+                         "checkpoint_every", "resume", "divergence_factor", "store_retry_s"})
 
 
 def import_impl(path: str, key: str) -> type:

@@ -15,14 +15,19 @@ import numpy as np
 _MARGINS = dict(left=0.08, right=0.97, bottom=0.14, top=0.86, wspace=0.3)
 
 
-def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "", step_times=None) -> Path:
-    """Relative L² error against time (paper Fig. compare_method_all), and the
+def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "", step_times=None,
+                estimate=None) -> Path:
+    """Relative L² error against time (paper Fig. compare_method_all), with the run's
+    own a-posteriori ``estimate`` of it (``est_rel_l2``) where it has one, and the
     per-step final loss on a second panel when given, against ``step_times``
     (default ``times[1:]``; a global-in-time method passes its block numbers)."""
     panels = 1 if step_loss is None else 2
     fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
     ax = axes[0, 0]
-    ax.semilogy(times, rel_l2)
+    ax.semilogy(times, rel_l2, label="error (against the reference)")
+    if estimate is not None and np.isfinite(estimate).any():
+        ax.semilogy(times, estimate, "--", label="estimate (no reference)")
+        ax.legend(fontsize=8)
     ax.set_xlabel("t")
     ax.set_ylabel("relative L² error")
     ax.grid(True, which="both", alpha=0.3)
@@ -223,6 +228,37 @@ def error_vs_time(path: Path, panels) -> Path:
         for name, (t, rel_l2) in series.items():
             ax.semilogy(t, rel_l2, "-", color=color[name], lw=1.2, label=name)
         _label(ax, title, "t", "relative L² error")
+    return _finish(fig, path, axes)
+
+
+def estimate_vs_error(path: Path, panels) -> Path:
+    """The a-posteriori error estimate (dashed) against the true error (solid) over t,
+    one colour per run: how far a run's own estimate, which uses no reference, can
+    be trusted.
+
+    ``panels``: ``{title: {label: ((t, rel_l2), (t, est_rel_l2))}}``.
+    """
+    fig, axes = _panels(max(len(panels), 1))
+    color = _palette(panels.values())
+    for ax, (title, series) in zip(axes, panels.items()):
+        for name, ((t, rel_l2), (t_est, est)) in series.items():
+            ax.semilogy(t, rel_l2, "-", color=color[name], lw=1.2, label=name)
+            ax.semilogy(t_est, est, "--", color=color[name], lw=1.2)
+        _label(ax, f"{title} (dashed: estimate)", "t", "relative L² error")
+    return _finish(fig, path, axes)
+
+
+def dt_vs_time(path: Path, panels) -> Path:
+    """The step sizes the controller chose (``dt: auto``) against t, one curve per run.
+
+    ``panels``: ``{title: {label: (t, dt)}}``.
+    """
+    fig, axes = _panels(max(len(panels), 1))
+    color = _palette(panels.values())
+    for ax, (title, series) in zip(axes, panels.items()):
+        for name, (t, dt) in series.items():
+            ax.semilogy(t, dt, ".-", color=color[name], lw=1, ms=3, label=name)
+        _label(ax, title, "t", "Δt")
     return _finish(fig, path, axes)
 
 

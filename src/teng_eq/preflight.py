@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,9 +23,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from teng_eq.cache import cache_dir
+from teng_eq.cache import cache_dir, probe_folder
 from teng_eq.config import SHORTHANDS, JobOptions, RunConfig, check_top_level
 from teng_eq.errors import ConfigError, bad
+from teng_eq.resources import check_memory
 from teng_eq.tracking.store import check_store, default_tracking_uri
 
 #: ``${key}`` or ``${key.sub}``: an interpolation of the top-level ``key``.
@@ -46,9 +46,10 @@ def validate_job(cfg: DictConfig, *, root: Path, overrides: Iterable[str] = ()) 
     """Every check of a job's composed config, before any compute and before any
     MLflow run: unknown top-level keys, ``overrides`` setting a key the method does
     not read (:func:`check_used`), the numerics (:meth:`RunConfig.from_mapping`,
-    method keys named as typed: :func:`key_namer`), the bookkeeping keys, the
+    method keys named as typed: :func:`key_namer`), the memory its largest arrays
+    need (:func:`~teng_eq.resources.check_memory`), the bookkeeping keys, the
     MLflow store (malformed, unreachable; default: ``<root>/mlflow.db``) and the
-    cache folder (writable). Raises a one-line :class:`~teng_eq.errors.ConfigError`."""
+    cache folder (a file can be written in it). Raises a one-line :class:`~teng_eq.errors.ConfigError`."""
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as err:
@@ -56,7 +57,9 @@ def validate_job(cfg: DictConfig, *, root: Path, overrides: Iterable[str] = ()) 
     check_top_level(resolved)
     options = JobOptions.from_mapping(resolved)
     check_used(cfg, overrides)
-    run = RunConfig.from_mapping(resolved, rename=key_namer(cfg))
+    rename = key_namer(cfg)
+    run = RunConfig.from_mapping(resolved, rename=rename)
+    check_memory(run, rename=rename)
     uri = options.tracking_uri or default_tracking_uri(root)
     try:
         check_store(uri)
@@ -112,15 +115,12 @@ def check_used(cfg: DictConfig, overrides: Iterable[str]) -> None:
 
 
 def _check_writable_folder(key: str, path) -> None:
-    """``path`` is, or can be created as, a folder this process may write to
-    (checked without creating anything)."""
-    probe = Path(path).expanduser().absolute()
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        bad(key, str(path), f"{probe} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        bad(key, str(path), f"folder {probe} is not writable")
+    """``path`` is, or can be made, a folder this process can write files in:
+    tried by creating and removing a file (:func:`~teng_eq.cache.probe_folder`),
+    whoever the user is (as root ``os.access`` passes every folder, ``/proc`` too)."""
+    why = probe_folder(path)
+    if why is not None:
+        bad(key, str(path), why)
 
 
 #: The config groups of ``conf/config.yaml``'s defaults list.

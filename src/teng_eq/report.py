@@ -50,21 +50,29 @@ def _selection_name(sweep_id: str | None, exps: list[str] | None, filter_string:
 
 
 def write_report(df: pd.DataFrame, curves: dict, out: Path, *, losses: dict | None = None,
-                 loss_time: float | None = None, methods=(), equations=()) -> list[Path]:
+                 loss_time: float | None = None, methods=(), equations=(), extra: dict | None = None) -> list[Path]:
     """Figures and tables of the tidy runs ``df`` (with ``pareto``) into ``out``.
 
+    ``curves``: ``{run_id: (steps, rel_l2)}``; ``extra``: the curves of other per-step
+    metrics by name (``t`` and ``dt`` of adaptive runs, ``est_rel_l2``), each
+    ``{run_id: (steps, values)}``, for estimate_vs_error.png and estimate.csv (the
+    runs with an estimate) and dt_vs_time.png (the adaptive ones).
     ``losses``: ``{run_id: (loss table, (steps, step_loss))}`` of the runs to overlay
     in ``loss_overlay.png`` (none: no such figure), shown at the step nearest
     ``loss_time`` (None: a quarter of each run's horizon); ``methods``, ``equations``:
     the order of the rows and columns of the method × equation table.
     """
+    extra = extra or {}
+    t_curves, est_curves, dt_curves = (extra.get(k, {}) for k in ("t", "est_rel_l2", "dt"))
     axes = analysis.varied_axes(df)
     groups = analysis.group_keys(axes, drop=("seed", "dt"))
     groups.remove("equation")  # one panel per equation
     run_keys = [k for k in analysis.group_keys(axes, drop=()) if k != "equation"]
     runtime_panels, dt_panels, time_panels, slopes = {}, {}, {}, []
+    estimate_panels, step_panels, quality = {}, {}, []
     for eq, runs in df.groupby("equation", sort=True):
         runtime_panels[eq], dt_panels[eq], time_panels[eq] = {}, {}, {}
+        estimate_panels[eq], step_panels[eq] = {}, {}
         for _, g in runs.groupby(groups, sort=True, dropna=False):
             name = analysis.label(g.iloc[0], groups)
             runtime_panels[eq][name] = (g["runtime_s"], g["global_rel_l2"], g["pareto"])
@@ -74,8 +82,21 @@ def write_report(df: pd.DataFrame, curves: dict, out: Path, *, losses: dict | No
                            "prefactor": fit.prefactor, "n_runs": len(g),
                            "n_dt": g["dt"].nunique()})
         for _, row in runs.sort_values(run_keys).iterrows():
-            steps, values = curves[row["run_id"]]
-            time_panels[eq][analysis.label(row, run_keys)] = (np.asarray(steps) * row["dt"], values)
+            run_id, name = row["run_id"], analysis.label(row, run_keys)
+            steps, values = curves[run_id]
+            t_curve = t_curves.get(run_id)
+            time_panels[eq][name] = (analysis.curve_times(steps, row["dt"], t_curve), values)
+            est = est_curves.get(run_id)
+            if est is not None and len(est[0]):
+                estimate_panels[eq][name] = (time_panels[eq][name], (analysis.curve_times(est[0], row["dt"], t_curve),
+                                                                     est[1]))
+                low, high = analysis.estimate_ratio(curves[run_id], est)
+                quality.append({"equation": eq, "run": name, "run_id": run_id, "ratio_min": low,
+                                "ratio_max": high, "global_rel_l2": row["global_rel_l2"],
+                                "est_global_rel_l2": row.get("est_global_rel_l2", np.nan)})
+            if dt_curves.get(run_id) is not None and len(dt_curves[run_id][0]):
+                dsteps, dvalues = dt_curves[run_id]
+                step_panels[eq][name] = (analysis.curve_times(dsteps, row["dt"], t_curve), dvalues)
     out.mkdir(parents=True, exist_ok=True)
     table = analysis.summary_table(df, axes)
     paths = [
@@ -84,6 +105,13 @@ def write_report(df: pd.DataFrame, curves: dict, out: Path, *, losses: dict | No
         plots.error_vs_time(out / "error_vs_time.png", time_panels),
         *analysis.write_table(table, out, methods, equations),
     ]
+    if quality:
+        paths.append(plots.estimate_vs_error(out / "estimate_vs_error.png",
+                                             {k: v for k, v in estimate_panels.items() if v}))
+        pd.DataFrame(quality).to_csv(out / "estimate.csv", index=False)
+        paths.append(out / "estimate.csv")
+    if any(step_panels.values()):
+        paths.append(plots.dt_vs_time(out / "dt_vs_time.png", {k: v for k, v in step_panels.items() if v}))
     if losses:
         paths.append(plots.loss_overlay(out / "loss_overlay.png",
                                         _overlay_panels(df, losses, run_keys, loss_time)))
@@ -149,15 +177,24 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
     df = analysis.tidy(jobs)
     df["pareto"] = analysis.pareto_by_equation(df)
     curves = tracking.metric_curves(uri, list(df["run_id"]), "rel_l2")
+    extra = {"est_rel_l2": tracking.metric_curves(uri, list(df["run_id"]), "est_rel_l2")}
+    adaptive = list(df.loc[df["adaptive"], "run_id"])
+    extra.update({key: tracking.metric_curves(uri, adaptive, key) for key in ("t", "dt")})
     out = Path(cfg.out).resolve() if cfg.out else root / "reports" / name
     losses = _run_losses(uri, df, cfg.loss_overlay or ())
     methods, equations = list(cfg.method_order or ()), list(cfg.equation_order or ())
     paths = write_report(df, curves, out, losses=losses, loss_time=cfg.loss_time, methods=methods,
-                         equations=equations)
+                         equations=equations, extra=extra)
 
     table = analysis.summary_table(df)
     print(analysis.table_markdown(table), end="")
     print(analysis.wide_markdown(analysis.method_by_equation(table, methods, equations)), end="")
+    if (out / "estimate.csv").exists():
+        quality = pd.read_csv(out / "estimate.csv")
+        print("error estimate / true error after step 5 (min, max) per run:")
+        for _, q in quality.iterrows():
+            print(f"  {q['equation']} {q['run']}: {q['ratio_min']:.3g} .. {q['ratio_max']:.3g}; global "
+                  f"{q['global_rel_l2']:.3g}, estimated {q['est_global_rel_l2']:.3g}")
     print(f"{len(df)} runs; varied: {', '.join(analysis.varied_axes(df)) or 'nothing'}")
     print(f"wrote {', '.join(p.name for p in paths)} to {out}")
     if cfg.mlflow:

@@ -20,6 +20,11 @@ How many iterations a stage runs is its *stopping policy*:
   cap. Iterations go on from the latest iterate, as in the paper (a step that
   raised the loss is often followed by a much better one), but the stage
   returns the best one (:class:`BestSoFar`).
+* ``"local_error"``: the same, with the floor set by the time step's own expected
+  local error ε (README "Error control"): the stage stops once ``B_k ≤ (floor·ε)²``,
+  i.e. once its residual is below the fraction ``floor`` of ε — a fit far more
+  accurate than the step it belongs to buys nothing. ε is passed to :meth:`StageSolver.stage`
+  (without it the floor is 0).
 
 A whole stage is one traced function (``lax.while_loop`` over iterations), so it
 runs without any host round trip; the Jacobian factors of each new iterate give
@@ -44,14 +49,15 @@ from teng_eq.options import at_least, one_of
 from teng_eq.results import RESULTS, event_counts
 
 #: Stopping policies of a stage (see the module docstring).
-POLICIES = ("adaptive", "fixed")
+POLICIES = ("adaptive", "fixed", "local_error")
 
 
 @dataclasses.dataclass(frozen=True)
 class Stopping:
     """How many iterations a stage runs (module docstring): ``policy`` ``fixed``
-    (the cap) or ``adaptive``, with ``min_iters``, ``rtol``, ``patience`` and
-    ``floor`` for the latter (the ``stopping`` config group)."""
+    (the cap), ``adaptive`` or ``local_error``, with ``min_iters``, ``rtol``,
+    ``patience`` and ``floor`` for the latter two (the ``stopping`` config group;
+    under ``local_error`` ``floor`` is the fraction of the expected local error)."""
 
     policy: str
     min_iters: int
@@ -252,14 +258,18 @@ class StageSolver(eqx.Module):
         return theta_new, self.norm2(target - f.u), lsq
 
     def stage(self, theta: Float[Array, " params"], target: Float[Array, " n"], key: PRNGKeyArray, iters: int,
-            n_first: int, n_rest: int) -> tuple[Float[Array, " params"], StageLog]:
+            n_first: int, n_rest: int, expected=None) -> tuple[Float[Array, " params"], StageLog]:
         """TENG iterations towards ``target``, at most ``iters`` of them (exactly
         ``iters`` under the ``fixed`` policy); the first draws ``n_first``
-        parameters, the others ``n_rest``."""
+        parameters, the others ``n_rest``; ``expected``: the step's expected local
+        error ε (policy ``local_error``)."""
         keys = jax.random.split(key, iters)
         stop = self.stopping
-        floor = stop.floor * self.norm2(target)
-        adaptive = stop.policy == "adaptive"
+        if stop.policy == "local_error":
+            floor = (stop.floor * expected) ** 2 if expected is not None else jnp.zeros(())
+        else:
+            floor = stop.floor * self.norm2(target)
+        adaptive = stop.policy != "fixed"
 
         def advance(carry, n_sub):
             i, theta, f, best, stall, loss, lsq, events = carry

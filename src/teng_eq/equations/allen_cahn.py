@@ -27,5 +27,10 @@ class AllenCahn(PeriodicBox):
     def nonlinear(self, u, grad_u):
         return u - u * u * u
 
+    def growth_rate(self, u, grad_u):
+        """1: the one-sided Lipschitz constant of u − u³, whose derivative 1 − 3u² is at
+        most 1 (diffusion only contracts)."""
+        return 1.0
+
     def reference_scheme(self) -> Pseudospectral:
         return Pseudospectral(degree=3, resolution=((1.0, 128, 5e-3), (math.inf, 256, 5e-3)))

@@ -36,7 +36,7 @@ from jaxtyping import Array, Float
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature
 from teng_eq.options import import_impl, one_of, options_from
-from teng_eq.reference import reference_solution
+from teng_eq.reference import reference_anytime, reference_solution
 
 
 class Equation(eqx.Module):
@@ -119,6 +119,11 @@ class Equation(eqx.Module):
         it has one (None: its default), see :func:`teng_eq.reference.reference_solution`."""
         return reference_solution(self, times, cache_dir=cache_dir, n=n, dt=dt)
 
+    def reference_anytime(self, t_final: float, *, cache_dir=None):
+        """Reference whose ``values_at(t, m)`` hold at any t in [0, ``t_final``], for a
+        run whose times are not known in advance (``dt: auto``)."""
+        return reference_anytime(self, t_final, cache_dir=cache_dir)
+
     # --- the PDE --------------------------------------------------------------------
 
     def nonlinear(self, u, grad_u):
@@ -131,6 +136,14 @@ class Equation(eqx.Module):
     def rhs(self, u, grad_u, lap_u):
         """L[u] = ν Δu + N(u, ∇u)."""
         return self.nu * lap_u + self.nonlinear(u, grad_u)
+
+    def growth_rate(self, u, grad_u):
+        """The stability bound of the error estimate (:mod:`teng_eq.estimate`): a μ with
+        ``⟨L[v] − L[w], v − w⟩_{L²} ≤ μ ‖v − w‖²`` for v near the solution whose values
+        (and gradient, first axis the dimension) on a grid are ``u``, ``grad_u`` — the
+        rate at which two nearby solutions may separate in L². Declared next to the
+        operator by every equation."""
+        raise NotImplementedError
 
 
 #: Keys of an ``equation`` group that are not the equation's fields: its class, and

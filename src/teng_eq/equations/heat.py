@@ -24,5 +24,9 @@ class Heat(PeriodicBox):
     def nonlinear(self, u, grad_u):
         return 0.0 * u
 
+    def growth_rate(self, u, grad_u):
+        """0: ⟨νΔe, e⟩ = −ν‖∇e‖² ≤ 0 on the periodic box (contractive; errors add)."""
+        return 0.0
+
     def reference_scheme(self) -> ExactFourier:
         return ExactFourier(n=64)

@@ -11,6 +11,11 @@ method receives only the settings it uses, as plain values, and the :class:`Prob
 * ``state, record = method.step(state, key)``, ``method.steps`` times, compiled once:
   a *sequential* method advances one Δt, a global-in-time one (``sequential = False``,
   a PINN) runs one block of its optimisation; ``record``: a :class:`~teng_eq.results.StepRecord`;
+  a method with an embedded error estimate (``cls.error_order(options) > 0``) also steps
+  as ``method.step(state, key, dt)`` under ``dt: auto``, reporting ``local_error`` and
+  ``u_l2`` (:mod:`teng_eq.controller`);
+* ``method.defect(hermite)``: the local terms of the a-posteriori error estimate
+  (:class:`teng_eq.estimate.Defect`), or None for a method without one;
 * ``method.values(state, points, t)``: û(x, t) (a sequential state holds one t);
 * ``method.network(state)``: the trained network, saved as ``params/theta.eqx``.
 
@@ -39,16 +44,18 @@ from teng_eq.results import StepRecord
 class Problem:
     """What every method solves: ``equation`` from its initial condition at t = 0 to
     ``t_final``, reported (and, for a sequential method, advanced) in steps of
-    ``dt``; every random key derives from ``seed``."""
+    ``dt`` (None: steps of the sizes the controller passes to ``step``); every
+    random key derives from ``seed``."""
 
     equation: Equation
-    dt: float
+    dt: float | None
     t_final: float
     seed: int
 
     @property
     def steps(self) -> int:
-        return round(self.t_final / self.dt)
+        """Steps of a fixed Δt; 0 when the controller chooses them."""
+        return 0 if self.dt is None else round(self.t_final / self.dt)
 
 
 class Method(eqx.Module):
@@ -70,6 +77,31 @@ class Method(eqx.Module):
         """Checks across ``options`` and the ``problem`` (e.g. the equations the method
         supports); raise :class:`~teng_eq.errors.ConfigError` (``name``: the method's
         config name, for the message)."""
+
+    @classmethod
+    def error_order(cls, options) -> int:
+        """The order in Δt of the step's embedded error estimate (``local_error``); 0: it
+        has none, and cannot run under the step-size controller."""
+        return 0
+
+    @property
+    def expects_error(self) -> bool:
+        """Whether ``step`` takes the step's expected local error as a fourth argument
+        (``method.step(state, key, dt, expected)``: TENG under the ``local_error`` stopping
+        policy); the driver passes the last step's ``local_error`` scaled to the new Δt."""
+        return False
+
+    def defect(self, hermite: bool):
+        """The :class:`~teng_eq.estimate.Defect` of the run's error estimate (``hermite``:
+        with the Hermite–Simpson term), or None for a method without one."""
+        return
+
+    @classmethod
+    def memory(cls, options, problem: Problem) -> dict[str, tuple[int, str]]:
+        """The method's largest arrays, ``{config key: (bytes, what)}`` with the key as
+        in the method group (``method.grid``), for the resource preflight
+        (:mod:`teng_eq.resources`): sizes it surely allocates, not a profile. None here."""
+        return {}
 
     @classmethod
     def build(cls, options, problem: Problem, *, cache_dir=None, log=None) -> Method:
@@ -145,6 +177,25 @@ class ThetaMethod(Method):
         n = parameter_count(options.network, eq.dim, eq.periods)
         if not 1 <= value <= n:
             bad(key, value, f"must be an integer in [1, {n}] (the parameter count)")
+
+    @classmethod
+    def step_jacobians(cls, options, problem: Problem) -> dict[str, int]:
+        """``{what: columns}`` of the Jacobians a step forms on the quadrature grid (one
+        row per point): the parameters it draws. None here."""
+        return {}
+
+    @classmethod
+    def memory(cls, options: ThetaOptions, problem: Problem) -> dict[str, tuple[int, str]]:
+        """The largest Jacobian on the quadrature grid: θ₀'s fit (value and gradient
+        rows: d + 1 per point) or a step's (:meth:`step_jacobians`), float64."""
+        eq = problem.equation
+        rows = options.grid**eq.dim
+        n = parameter_count(options.network, eq.dim, eq.periods)
+        shapes = {"θ₀'s fit (value+gradient)": (rows * (eq.dim + 1), min(options.fit.stage1_subsample, n)),
+                  "θ₀'s fit (value)": (rows, min(options.fit.stage2_subsample, n)),
+                  **{what: (rows, min(cols, n)) for what, cols in cls.step_jacobians(options, problem).items()}}
+        what, (r, c) = max(shapes.items(), key=lambda item: item[1][0] * item[1][1])
+        return {"method.grid": (8 * r * c, f"{what}: a {r:,} × {c:,} Jacobian")}
 
     @classmethod
     def network_template(cls, options: ThetaOptions, problem: Problem) -> TENGNet:

@@ -65,6 +65,10 @@ class TDVP(ThetaMethod):
         cls.check_subsample("method.subsample", options.subsample, options, problem)
 
     @classmethod
+    def step_jacobians(cls, options: Options, problem: Problem) -> dict[str, int]:
+        return {"a stage's projection": options.subsample}
+
+    @classmethod
     def parts(cls, options: Options, problem, space, quadrature) -> dict:
         return {"solver": StageSolver(space, quadrature, options.solver, options.damping),
                 "equation": problem.equation, "tableau": RK4, "dt": problem.dt, "subsample": options.subsample}

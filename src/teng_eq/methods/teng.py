@@ -15,6 +15,7 @@ import equinox as eqx
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.errors import bad
+from teng_eq.estimate import Defect
 from teng_eq.initial_fit import check_least_squares
 from teng_eq.integrators import TABLEAUS, Holdout, TENGStep
 from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions
@@ -51,6 +52,9 @@ class TENG(ThetaMethod):
             check_least_squares(prefix, self.solver, self.damping)
             if self.holdout.grid is not None and self.grid % self.holdout.grid:
                 bad(f"{prefix}.holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
+            if self.stopping.policy == "local_error" and not TABLEAUS[self.integrator].error_order:
+                bad(f"{prefix}.stopping.policy", self.stopping.policy,
+                    f"needs an embedded error estimate, which integrator {self.integrator} has not")
             if self.stopping.min_iters > min(self.iters, self.iters_later):
                 bad(f"{prefix}.stopping.min_iters", self.stopping.min_iters,
                     f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
@@ -59,9 +63,21 @@ class TENG(ThetaMethod):
     holdout: Holdout = eqx.field(static=True)
 
     @classmethod
+    def error_order(cls, options: Options) -> int:
+        return TABLEAUS[options.integrator].error_order
+
+    def defect(self, hermite: bool) -> Defect:
+        """On the held-out points of the step (points no fit uses)."""
+        return Defect(self.space, self.advance.equation, self.advance.holdout, hermite)
+
+    @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:
         for key in ("subsample_first", "subsample"):
             cls.check_subsample(f"method.{key}", getattr(options, key), options, problem)
+
+    @classmethod
+    def step_jacobians(cls, options: Options, problem) -> dict[str, int]:
+        return {"a step's least squares": options.subsample_first}
 
     @classmethod
     def parts(cls, options: Options, problem, space, quadrature) -> dict:
@@ -75,8 +91,13 @@ class TENG(ThetaMethod):
         )
         return {"advance": advance, "holdout": options.holdout}
 
-    def step(self, state: Float[Array, " params"], key: PRNGKeyArray) -> tuple[Float[Array, " params"], StepRecord]:
-        return self.advance(state, key)
+    def step(self, state: Float[Array, " params"], key: PRNGKeyArray, dt=None, expected=None
+             ) -> tuple[Float[Array, " params"], StepRecord]:
+        return self.advance(state, key, dt, expected)
+
+    @property
+    def expects_error(self) -> bool:
+        return self.advance.solver.stopping.policy == "local_error"
 
     def holdout_limits(self) -> Holdout:
         return self.holdout

@@ -27,6 +27,14 @@ def reference_solution(equation, times, *, cache_dir=None, n=None, dt: float | N
     return equation.reference_scheme().solution(equation, times, cache_dir=cache_dir, n=n, dt=dt)
 
 
+def reference_anytime(equation, t_final: float, *, cache_dir=None):
+    """A reference whose ``values_at(t, m)`` give u(·, t) at the points of
+    ``equation.evaluation(m)`` for any t in [0, t_final] (a run whose steps the
+    controller chooses): the exact schemes at any t, ETDRK4 by a partial step from its
+    own step grid."""
+    return equation.reference_scheme().anytime(equation, float(t_final), cache_dir=cache_dir)
+
+
 def save_npz(path, equation, solution, m: int) -> Path:
     """Write ``t`` (n_t,), ``x`` (points, dim) and ``u``: the solution at every time at the
     points of ``equation.evaluation(m)``, shaped (n_t, m, …, m) on a grid
@@ -48,5 +56,5 @@ def save_npz(path, equation, solution, m: int) -> Path:
 
 __all__ = [
     "DecayingModes", "ETDRK4Solution", "ExactFourier", "FourierSolution", "Pseudospectral",
-    "SpectralSolution", "etdrk4_coefficients", "reference_solution", "save_npz",
+    "SpectralSolution", "etdrk4_coefficients", "reference_anytime", "reference_solution", "save_npz",
 ]

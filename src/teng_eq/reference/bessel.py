@@ -52,13 +52,21 @@ class BesselSolution:
 
     def amplitudes(self, k: int) -> np.ndarray:
         """``c_mn e^{−ν λ_nm² t_k}``, one per mode."""
-        return self.coefficients * np.exp(self.rates * self.times[k])
+        return self.amplitudes_at(self.times[k])
+
+    def amplitudes_at(self, t: float) -> np.ndarray:
+        """``c_mn e^{−ν λ_nm² t}``, one per mode, any t."""
+        return self.coefficients * np.exp(self.rates * t)
 
     def values(self, k: int, m: int) -> np.ndarray:
         """u(·, t_k) at the points of ``equation.evaluation(m)``."""
+        return self.values_at(self.times[k], m)
+
+    def values_at(self, t: float, m: int) -> np.ndarray:
+        """u(·, t) at the points of ``equation.evaluation(m)``, any t."""
         if m not in self._tables:
             self._tables[m] = disk_harmonics(self.modes, self.equation.evaluation(m).points)
-        return self._tables[m] @ self.amplitudes(k)
+        return self._tables[m] @ self.amplitudes_at(t)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,3 +79,7 @@ class BesselSeries:
     def solution(self, equation, times, *, cache_dir=None, n=None, dt=None) -> BesselSolution:
         """Exact: no resolution (``n``, ``dt`` are ignored), nothing to cache."""
         return BesselSolution(equation, np.asarray(times, dtype=np.float64), self.modes)
+
+    def anytime(self, equation, t_final: float, *, cache_dir=None) -> BesselSolution:
+        """The exact series, whose ``values_at(t, m)`` hold at every t."""
+        return self.solution(equation, [0.0, t_final])

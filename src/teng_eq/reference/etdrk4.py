@@ -27,7 +27,7 @@ import numpy as np
 import scipy.fft as sfft
 
 from teng_eq.cache import cache_dir as cache_dir_of
-from teng_eq.cache import digest, load_arrays, store_arrays
+from teng_eq.cache import digest, load_arrays, store_or_warn
 from teng_eq.reference.fourier import _WORKERS, FourierSolution, initial_spectrum, wavenumbers
 
 #: Bumped whenever the numerics or the file layout change, so stale cache files are never read.
@@ -230,6 +230,30 @@ class ETDRK4Solution(FourierSolution):
         self._cursor = (k, v)
         return v
 
+    def spectrum_at(self, t: float) -> np.ndarray:
+        """The spectrum at any t in [0, times[-1]]: that of the last of ``times`` at or
+        before t (:meth:`spectrum`), carried to t by ⌈(t − t_k)/dt⌉ equal ETDRK4 steps —
+        the "exact final partial step" of a run that ends at t, so the value is a
+        function of t alone, to the scheme's own accuracy (a run of the reference ending
+        at t reaches t by other steps). A t within round-off of one of ``times`` is
+        that time."""
+        times = self.times
+        if not -1e-12 * max(1.0, times[-1]) <= t <= times[-1] * (1 + 1e-12):
+            raise ValueError(f"t={t} is outside the reference's times [0, {times[-1]}]")
+        k = int(np.searchsorted(times, t, side="right")) - 1
+        if k + 1 < len(times) and times[k + 1] - t <= 1e-12 * max(1.0, abs(t)):
+            k += 1
+        k = max(k, 0)
+        delta = t - float(times[k])
+        v = self.spectrum(k)
+        if delta <= 1e-12 * max(1.0, abs(t)):
+            return v
+        steps = math.ceil(delta / self.dt * (1 - 1e-12))
+        h = delta / steps
+        # Fresh weights, not the cached set of the plan's h (which the next spectrum() reuses).
+        e2, e, q, f1, f2, f3 = etdrk4_coefficients(h * self.operator.lin)
+        return self._steps(v, steps, (e2, e, h * q, h * f1, h * f2, h * f3))
+
     def _advance(self, v: np.ndarray, j: int) -> np.ndarray:
         """The spectrum at ``times[j]`` from the one at ``times[j−1]`` (t₋₁ = 0).
 
@@ -244,8 +268,12 @@ class ETDRK4Solution(FourierSolution):
         h, steps = self._plan[j]
         if not steps:
             return v
+        return self._steps(v, steps, self._weights_at(h))
+
+    def _steps(self, v: np.ndarray, steps: int, weights: tuple) -> np.ndarray:
+        """``steps`` ETDRK4 steps from ``v`` with ``weights`` (:meth:`_weights_at`)."""
         nhat = self.operator
-        e2, e, hq, hf1, hf2, hf3 = self._weights_at(h)
+        e2, e, hq, hf1, hf2, hf3 = weights
         for _ in range(steps):
             nv = nhat(v)
             a = e2 * v + hq * nv
@@ -339,7 +367,8 @@ class Pseudospectral:
         only), keyed by the equation (class, name, ν, lengths, initial condition), the
         resolution, the exact bytes of ``times`` and :data:`CACHE_VERSION`; a
         self-checking entry (:func:`teng_eq.cache.store_arrays`): a damaged or stale
-        file is recomputed, and concurrent writers never leave a partial one.
+        file is recomputed, and concurrent writers never leave a partial one; a cache
+        that cannot be written costs a warning, not the solution.
         ``cache_dir=None`` → :func:`teng_eq.cache.cache_dir`; ``False`` → no cache."""
         # Resolved before hashing, so that explicit defaults and None share one cache file.
         times, shape, dt = self._resolve(equation, times, n, dt)
@@ -356,6 +385,15 @@ class Pseudospectral:
             return ETDRK4Solution(equation, times, shape, dt, self.degree, int(cached["stride"]),
                                   cached["checkpoints"])
         solution = solve(equation, times, shape, dt, self.degree, self.memory)
-        store_arrays(path, {"times": times, "stride": np.asarray(solution.stride),
-                            "checkpoints": solution.checkpoints}, {"reference": key})
+        store_or_warn(path, {"times": times, "stride": np.asarray(solution.stride),
+                             "checkpoints": solution.checkpoints}, {"reference": key}, "reference solution")
         return solution
+
+    def anytime(self, equation, t_final: float, *, cache_dir=None) -> ETDRK4Solution:
+        """The solution on its own step grid ``t_j = j·h`` up to ``t_final`` (h ≤ its
+        default dt), whose ``values_at(t, m)`` give u at any t in between by one partial
+        step (:meth:`ETDRK4Solution.spectrum_at`): what a run with steps the controller
+        chooses asks for."""
+        _, dt = self.default(float(t_final))
+        n = max(1, math.ceil(t_final / dt * (1 - 1e-12)))
+        return self.solution(equation, np.linspace(0.0, t_final, n + 1), cache_dir=cache_dir)

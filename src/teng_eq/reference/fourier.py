@@ -62,6 +62,11 @@ class FourierSolution:
         """``rfftn`` of u(·, t_k) on the ``shape`` grid (complex, last axis halved)."""
         raise NotImplementedError
 
+    def spectrum_at(self, t: float) -> np.ndarray:
+        """The spectrum at any time t ≥ 0 (not only one of ``times``), where the
+        solution can give it."""
+        raise NotImplementedError
+
     @property
     def n(self) -> int:
         """Modes along the first axis."""
@@ -73,7 +78,10 @@ class FourierSolution:
         Exact values of the trigonometric interpolant, for any m (see
         :func:`_fold_matrix`); m equal to every n_d returns ``irfftn`` of the spectrum.
         """
-        shape, coef = self.shape, self.spectrum(k)
+        return self._on_grid(self.spectrum(k), m)
+
+    def _on_grid(self, coef: np.ndarray, m: int) -> np.ndarray:
+        shape = self.shape
         if all(s == m for s in shape):
             return sfft.irfftn(coef, s=shape, workers=_WORKERS)
         # Through the full spectrum: irfftn first fixes the meaning of the
@@ -92,6 +100,10 @@ class FourierSolution:
         """u(·, t_k) at the points of the equation's ``evaluation(m)`` (the m^d grid in
         'ij' order), flattened."""
         return self.at(k, m).ravel()
+
+    def values_at(self, t: float, m: int) -> np.ndarray:
+        """u(·, t) at any time t (:meth:`spectrum_at`), as :meth:`values`."""
+        return self._on_grid(self.spectrum_at(t), m).ravel()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -112,6 +124,13 @@ class SpectralSolution(FourierSolution):
     def spectrum(self, k: int) -> np.ndarray:
         return self.coef[k]
 
+    def spectrum_at(self, t: float) -> np.ndarray:
+        """Only at the stored times."""
+        hit = np.flatnonzero(self.times == t)
+        if not hit.size:
+            raise ValueError(f"no stored spectrum at t={t}")
+        return self.coef[hit[0]]
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class DecayingModes(FourierSolution):
@@ -125,7 +144,10 @@ class DecayingModes(FourierSolution):
     shape: tuple[int, ...]
 
     def spectrum(self, k: int) -> np.ndarray:
-        return np.exp(self.rates * self.times[k]) * self.initial
+        return self.spectrum_at(self.times[k])
+
+    def spectrum_at(self, t: float) -> np.ndarray:
+        return np.exp(self.rates * t) * self.initial
 
 
 def wavenumbers(shape, lengths) -> list[np.ndarray]:
@@ -183,3 +205,7 @@ class ExactFourier:
         rates = sum(k**2 for k in wavenumbers(shape, equation.lengths))
         return DecayingModes(times=times, initial=u0_hat, rates=-equation.nu * rates,
                              lengths=tuple(equation.lengths), shape=shape)
+
+    def anytime(self, equation, t_final: float, *, cache_dir=None) -> DecayingModes:
+        """The exact solution, whose ``values_at(t, m)`` hold at every t."""
+        return self.solution(equation, [0.0, t_final])

@@ -3,8 +3,11 @@ on first use, never at import).
 
 * :mod:`~teng_eq.tracking.store`: where the store is, whether it answers,
   experiments, liveness of RUNNING runs (heartbeats) and reaping stale ones;
-* :mod:`~teng_eq.tracking.writer`: a job's run — batched writes, resume of an
-  unfinished run of the same configuration, FINISHED / FAILED / KILLED;
+* :mod:`~teng_eq.tracking.writer`: a job's run — batched writes in the
+  background that wait out a store that goes away, resume of an unfinished run
+  of the same configuration, FINISHED / FAILED / KILLED;
+* :mod:`~teng_eq.tracking.unlogged`: what a run could not log (its store never
+  came back), kept on disk, and the command that logs it later;
 * :mod:`~teng_eq.tracking.sweep`: the Hydra callback that makes a multirun one
   parent run (``teng_eq.tracking.SweepCallback`` in ``conf/config.yaml``);
 * :mod:`~teng_eq.tracking.readers`: runs read back for ``pipeline/analyze.py``.
@@ -21,6 +24,7 @@ from teng_eq.tracking.readers import (
     sweep_run,
 )
 from teng_eq.tracking.store import (
+    StoreUnavailable,
     artifact_root_for,
     check_store,
     default_tracking_uri,
@@ -28,15 +32,16 @@ from teng_eq.tracking.store import (
     flatten,
     git_state,
     is_stale,
+    open_client,
     reap_stale,
 )
 from teng_eq.tracking.sweep import PARENT_RUN_ENV, SweepCallback, sweep_hash, sweep_jobs
-from teng_eq.tracking.writer import RunInProgress, RunLogger, tracked_run
+from teng_eq.tracking.writer import RunInProgress, RunLogger, claim_lock, tracked_run
 
 __all__ = [
-    "PARENT_RUN_ENV", "RunInProgress", "RunLogger", "SelectionError", "SweepCallback",
-    "artifact_copies", "artifact_root_for", "check_store", "default_tracking_uri",
+    "PARENT_RUN_ENV", "RunInProgress", "RunLogger", "SelectionError", "StoreUnavailable", "SweepCallback",
+    "artifact_copies", "artifact_root_for", "check_store", "claim_lock", "default_tracking_uri",
     "ensure_experiment", "experiment_name", "flatten", "git_state", "is_stale", "latest_sweep",
-    "load_runs", "log_analysis", "metric_curves", "reap_stale", "sweep_hash", "sweep_jobs",
+    "load_runs", "log_analysis", "metric_curves", "open_client", "reap_stale", "sweep_hash", "sweep_jobs",
     "sweep_run", "tracked_run",
 ]

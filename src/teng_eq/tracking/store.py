@@ -1,6 +1,13 @@
 """The MLflow store: where it is, whether it answers, experiments, and which
 RUNNING runs are still alive.
 
+**A store that goes away** (a server restarting, a network blip, SQLite's
+"database is locked" while another process writes): :func:`is_transient` tells
+such failures from the others, and :func:`retrying` repeats a call through them
+with exponential backoff until a time budget is spent (then
+:class:`StoreUnavailable`). MLflow's own HTTP retries are shortened
+(:func:`open_client`) so that this one loop, with its budget, decides.
+
 A run records the process that writes it (tags ``host``, ``pid``, ``pid_start``)
 and refreshes a ``heartbeat`` tag (Unix time) while it is open. A RUNNING run
 is *stale* when that process is gone: on the same host, its pid is not alive
@@ -12,15 +19,20 @@ runs KILLED, so that no run stays RUNNING after its process died.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import random
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+from teng_eq.cache import file_lock, probe_folder
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -29,6 +41,23 @@ if TYPE_CHECKING:
 HEARTBEAT_S = 30.0
 #: A run on another host whose heartbeat is older than this is stale.
 STALE_AFTER_S = 10 * HEARTBEAT_S
+
+#: Backoff between tries of a call to a store that does not answer: the first
+#: wait, and the longest.
+BACKOFF_S = (0.5, 30.0)
+
+#: MLflow's own HTTP retries (urllib3's, inside one call), shortened: 7 retries
+#: with a factor of 2 hold one call for minutes and leave no room for a budget.
+_MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class StoreUnavailable(RuntimeError):
+    """The store did not answer within the retry budget."""
+
 
 #: URI schemes MLflow's tracking client accepts for a store.
 _SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "file")
@@ -64,8 +93,9 @@ def check_store(tracking_uri: str) -> None:
             raise ValueError(f"tracking_uri={tracking_uri}: folder {folder} does not exist")
         if path.exists() and not path.is_file():
             raise ValueError(f"tracking_uri={tracking_uri}: {path} is not a file")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(f"tracking_uri={tracking_uri}: folder {folder} is not writable")
+        why = probe_folder(folder)
+        if why is not None:
+            raise ValueError(f"tracking_uri={tracking_uri}: {why}")
     elif scheme in ("http", "https"):
         if not urllib.parse.urlsplit(tracking_uri).hostname:
             raise ValueError(f"tracking_uri={tracking_uri}: no host")
@@ -74,6 +104,96 @@ def check_store(tracking_uri: str) -> None:
                 pass
         except (OSError, ValueError) as err:
             raise ValueError(f"tracking_uri={tracking_uri}: no MLflow server answers ({err})") from None
+
+
+def open_client(tracking_uri: str) -> MlflowClient:
+    """An ``MlflowClient`` on ``tracking_uri``, the store itself made ready: a
+    SQLite store is created (and its schema migrated) under a lock beside the
+    file, so that two processes opening a fresh store at once (two sweeps, a job
+    array) do not race on the migration. Quiets MLflow's logs of failures this
+    module handles (it reports them itself, in one line)."""
+    for key, value in _MLFLOW_HTTP.items():
+        os.environ.setdefault(key, value)
+    from mlflow.tracking import MlflowClient
+
+    # MLflow logs every SQLite "database is locked" with a traceback, and urllib3
+    # every retried connection; both are retried and reported here.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    # "Creating initial MLflow database tables…": INFO noise (warnings still show).
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    if not tracking_uri.startswith("sqlite:///"):
+        return MlflowClient(tracking_uri)
+    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    with file_lock(db.with_name(db.name + "-lock")):  # the name matches .gitignore's mlflow.db-*
+        # The client makes (and migrates) the store as it is built.
+        client = retrying(MlflowClient, tracking_uri, budget_s=60.0, what=tracking_uri)
+        retrying(client.search_experiments, max_results=1, budget_s=60.0, what=tracking_uri)
+    return client
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store is away for now (and a later try may work):
+    no connection, a timeout, a 5xx or 429 answer, a locked or unavailable database;
+    not a refusal of the request itself (a bad value, a missing run)."""
+    from mlflow.exceptions import MlflowException, RestException
+
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, RestException):
+        status = exc.get_http_status_code()
+        return status >= 500 or status == 429 or exc.error_code in ("TEMPORARILY_UNAVAILABLE",
+                                                                    "REQUEST_LIMIT_EXCEEDED")
+    if isinstance(exc, MlflowException):
+        # MLflow wraps a failed HTTP call ("API request to … failed with exception …")
+        # and SQLAlchemy's OperationalError (TEMPORARILY_UNAVAILABLE) in its own type.
+        return (exc.error_code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED")
+                or str(exc).startswith("API request to"))
+    return False
+
+
+#: What a failed call to a store says, in a few words, found in MLflow's long messages.
+_CAUSES = ("Connection refused", "database is locked", "timed out", "Name or service not known",
+           "Connection reset by peer", "Remote end closed connection")
+
+
+def first_line(exc: BaseException) -> str:
+    """``exc`` in one short line: the cause when it is one of :data:`_CAUSES`, else
+    its type and first line."""
+    text = str(exc).strip()
+    for cause in _CAUSES:
+        if cause in text:
+            return cause
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:200]
+
+
+def retrying(call: Callable[..., T], *args, budget_s: float, what: str,
+             stop: threading.Event | None = None, **kwargs) -> T:
+    """``call(*args, **kwargs)``, tried again after each transient failure
+    (:func:`is_transient`) with exponential backoff (:data:`BACKOFF_S`, jittered)
+    until ``budget_s`` seconds have passed (then :class:`StoreUnavailable`,
+    naming ``what``) or ``stop`` is set. Other errors are raised at once.
+
+    Hand-written rather than a retry library: a few lines, with the budget and
+    the stop event this module needs and no new dependency."""
+    start = time.monotonic()
+    delay = BACKOFF_S[0]
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            left = budget_s - (time.monotonic() - start)
+            if left <= 0 or (stop is not None and stop.is_set()):
+                raise StoreUnavailable(f"the MLflow store {what} did not answer for {budget_s:g} s "
+                                       f"({first_line(exc)})") from exc
+            wait = min(delay * random.uniform(0.8, 1.2), left)
+            if stop is not None:
+                stop.wait(wait)
+            else:
+                time.sleep(wait)
+            delay = min(2 * delay, BACKOFF_S[1])
 
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None) -> str:

@@ -14,24 +14,29 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from teng_eq.cache import digest
+from teng_eq import interrupts
+from teng_eq.cache import cache_dir, digest, file_lock
 from teng_eq.options import BOOKKEEPING
 from teng_eq.tracking.store import (
+    StoreUnavailable,
     all_experiment_ids,
     artifact_root_for,
     default_tracking_uri,
     ensure_experiment,
     git_state,
     is_stale,
+    open_client,
     process_tags,
     reap_stale,
+    retrying,
     search,
 )
-from teng_eq.tracking.writer import REUSED_TAG, Heartbeat, reopen
+from teng_eq.tracking.writer import REUSED_TAG, Heartbeat, claim_lock, reopen
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -39,6 +44,9 @@ if TYPE_CHECKING:
 #: Environment variable through which the launching process hands the parent
 #: run's id to its jobs (inherited by joblib workers, submitit and SLURM jobs).
 PARENT_RUN_ENV = "TENG_EQ_PARENT_RUN"
+
+#: Seconds the parent run's end waits for a store that does not answer.
+CLOSE_RETRY_S = 60.0
 
 
 def _config_root(config) -> Path:
@@ -92,12 +100,13 @@ class SweepCallback:
         self.uri: str | None = None
         self.run_id: str | None = None
         self.attempt = 1
+        self.retry_s = 60.0
         self._heartbeat: Heartbeat | None = None
 
     def __getstate__(self) -> dict:
         # Launchers pickle the callbacks into each job's process; the parent run
         # belongs to the launching process alone.
-        return {"uri": None, "run_id": None, "attempt": 1, "_heartbeat": None}
+        return {"uri": None, "run_id": None, "attempt": 1, "retry_s": 60.0, "_heartbeat": None}
 
     def on_multirun_start(self, config, **kwargs) -> None:
         try:
@@ -108,13 +117,15 @@ class SweepCallback:
             raise SystemExit(f"error: cannot open the MLflow store for this sweep: {exc}") from exc
         os.environ[PARENT_RUN_ENV] = self.run_id
         atexit.register(self.close)
+        # SIGTERM to the launching process (a joblib or submitit sweep waiting for
+        # its jobs) ends it as Ctrl-C does, and the parent run KILLED (close).
+        interrupts.install()
 
     def _open(self, config) -> None:
-        from mlflow.tracking import MlflowClient
-
         root = _config_root(config)
         uri = config.tracking_uri or default_tracking_uri(root)
-        client = MlflowClient(uri)
+        self.retry_s = float(config.get("store_retry_s", self.retry_s))
+        client = open_client(uri)
         exp_id = ensure_experiment(client, config.experiment_name, artifact_root_for(uri, root))
         sweep_dir = str(config.hydra.sweep.dir)
         task = [str(o) for o in config.hydra.overrides.task]
@@ -123,14 +134,16 @@ class SweepCallback:
         tags = {"run_kind": "sweep", "sweep_dir": sweep_dir, "sweep_overrides": " ".join(task),
                 "sweep_hash": signature, "git_commit": commit, "git_dirty": str(dirty), **process_tags()}
         query = f"tags.run_kind = 'sweep' and tags.sweep_hash = '{signature}'"
-        earlier = [r for r in search(client, [exp_id], query, order_by=["attributes.start_time DESC"])
-                   if r.info.status != "RUNNING" or is_stale(r.data.tags)]
-        if config.get("resume", True) and earlier:
-            self.run_id = earlier[0].info.run_id
-            self.attempt = reopen(client, earlier[0], tags)
-        else:
-            name = "/".join(Path(sweep_dir).parts[-2:])
-            self.run_id = client.create_run(exp_id, run_name=f"sweep {name}", tags=tags).info.run_id
+        # Two sweeps with the same overrides at once must not both reopen one parent.
+        with file_lock(claim_lock(cache_dir(config.get("cache_dir")))):
+            earlier = [r for r in search(client, [exp_id], query, order_by=["attributes.start_time DESC"])
+                       if r.info.status != "RUNNING" or is_stale(r.data.tags)]
+            if config.get("resume", True) and earlier:
+                self.run_id = earlier[0].info.run_id
+                self.attempt = reopen(client, earlier[0], tags)
+            else:
+                name = "/".join(Path(sweep_dir).parts[-2:])
+                self.run_id = client.create_run(exp_id, run_name=f"sweep {name}", tags=tags).info.run_id
         self.uri = uri
         reap_stale(client, all_experiment_ids(client), keep=[self.run_id])
         self._heartbeat = Heartbeat(client, self.run_id)
@@ -144,26 +157,38 @@ class SweepCallback:
     def close(self, complete: bool = False) -> str | None:
         """End the parent run (once); the failure reason, or None when FINISHED.
         Hydra calls ``on_multirun_end`` only when every job returned; any other
-        exit reaches here through ``atexit``."""
+        exit reaches here through ``atexit``: a signal (ends it KILLED, with the
+        signal in ``killed_reason``), a job's exception, a store that went away.
+        A store that does not answer within ``store_retry_s`` (at most
+        :data:`CLOSE_RETRY_S`: a job that gave up on it has waited already) leaves
+        the parent RUNNING, with one warning line; the next sweep ends it as stale."""
         if self.run_id is None:
             return None
         run_id, self.run_id = self.run_id, None
         os.environ.pop(PARENT_RUN_ENV, None)
         if self._heartbeat is not None:
             self._heartbeat.stop()
-        from mlflow.entities import Metric
-        from mlflow.tracking import MlflowClient
+        try:
+            # One time stamp for every try: a metric point written twice is stored once.
+            return retrying(self._end, run_id, complete, int(time.time() * 1000),
+                            budget_s=min(self.retry_s, CLOSE_RETRY_S), what=self.uri)
+        except StoreUnavailable as err:
+            print(f"warning: sweep run {run_id} not ended: {err}", file=sys.stderr)
+            return f"the sweep's parent run could not be ended: {err}"
 
-        client = MlflowClient(self.uri)
+    def _end(self, run_id: str, complete: bool, now: int) -> str | None:
+        from mlflow.entities import Metric
+
+        client = open_client(self.uri)
         runs = sweep_jobs(client, run_id)
         unfinished = sorted((r for r in runs if r.info.status != "FINISHED"),
                             key=lambda r: int(r.data.tags.get("job_num", "-1")))
-        now = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[
             Metric("n_jobs", len(runs), now, self.attempt - 1),
             Metric("n_finished", len(runs) - len(unfinished), now, self.attempt - 1),
         ])
-        if complete and runs and not unfinished:
+        stop = interrupts.received()
+        if complete and runs and not unfinished and stop is None:
             client.set_terminated(run_id, status="FINISHED")
             return None
         if unfinished:
@@ -179,6 +204,11 @@ class SweepCallback:
             reason = "no job ran"
         else:
             reason = "the sweep stopped before all its jobs returned"
+        if stop is not None:
+            reason = f"{stop.name} (signal {stop.signum}): the sweep was stopped; {reason}"
+            client.set_tag(run_id, "killed_reason", reason[:4000])
+            client.set_terminated(run_id, status="KILLED")
+            return reason
         client.set_tag(run_id, "failure_reason", reason[:4000])
         client.set_terminated(run_id, status="FAILED")
         return reason
