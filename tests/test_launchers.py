@@ -19,8 +19,13 @@ def _check_sweep(uri, n_jobs=2):
         assert r.info.status == "FINISHED", r.data.tags.get("failure_reason")
         assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert r.data.metrics["global_rel_l2"] < 1e-5
+        n = round(0.08 / float(r.data.params["dt"]))
         losses = [m.value for m in client.get_metric_history(r.info.run_id, "step_loss")]
-        assert len(losses) == round(0.08 / float(r.data.params["dt"])) and np.median(losses) < 1e-9
+        err = [m.value for m in client.get_metric_history(r.info.run_id, "rel_l2")]
+        # What the run guarantees: its error against the exact solution at every step (the
+        # step losses of 32² nodes for 8,361 parameters are round-off of an interpolation).
+        assert len(losses) == n and all(np.isfinite(losses))
+        assert len(err) == n + 1 and max(err) < 1e-5
         assert {a.path for a in client.list_artifacts(r.info.run_id)} == {
             "config", "params", "plots", "tables"}
     return jobs
