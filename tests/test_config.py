@@ -100,6 +100,8 @@ MALFORMED = [
     (["network.width=0"], "network.width=0"),
     (["fit.stage1_tol=0"], "fit.stage1_tol=0.0"),
     (["method.integrator=rk5"], "method.integrator='rk5'"),
+    (["method.warm_start=linear"], "method.warm_start='linear'"),
+    (["method.warm_rate=1.5"], "method.warm_rate=1.5"),
     (["+experiment=paper_heat2d"], "+experiment=paper_heat2d: experiment is in the defaults list"),
     (["stopping.min_iters=6"], "stopping.min_iters=6"),  # above iters_later = 5, a cross-key check
     (["fit.solver=lu"], "fit.solver='lu'"),
