@@ -24,7 +24,6 @@ from teng_eq.options import at_least, one_of
 from teng_eq.results import StepRecord
 from teng_eq.stepper import StageSolver, Stopping
 
-
 #: Where a stage's fit starts (:class:`teng_eq.integrators.TENGStep`).
 WARM_STARTS = ("previous", "extrapolate")
 
