@@ -162,8 +162,11 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     if defect is not None:
         # The fields (derivatives up to fourth order) are compiled once and evaluated once
         # per accepted step: a step's end is the next one's start.
-        fields_fn = jax.jit(lambda s: defect.fields(method.parameters(s))).lower(state).compile()
-        shapes = jax.eval_shape(lambda s: defect.fields(method.parameters(s)), state)
+        def fields_of(s):
+            return defect.fields(method.parameters(s))
+
+        fields_fn = jax.jit(fields_of).lower(state).compile()
+        shapes = jax.eval_shape(fields_of, state)
         combine_fn = jax.jit(lambda a, b, dt: defect.combine(a, b, dt)).lower(shapes, shapes, 0.0).compile()
         end_fields: list = [None, None]  # (step, fields of its end state)
         initial_fn = jax.jit(lambda s: defect.initial(method.parameters(s))).lower(state).compile()
