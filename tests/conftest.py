@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -76,3 +80,47 @@ def all_runs(uri):
 
     client = mlflow.tracking.MlflowClient(uri)
     return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+class Server:
+    """A real ``mlflow server`` (its own SQLite store and artifact folder) on a
+    free local port that stays its own when the test stops and starts it again
+    (tests/test_faults.py, tests/test_launchers.py)."""
+
+    def __init__(self, tmp: Path):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.tmp, self.url, self.proc = tmp, f"http://127.0.0.1:{self.port}", None
+        self.artifacts = tmp / "server-artifacts"
+
+    def start(self) -> None:
+        self.log = open(self.tmp / "server.log", "a")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.tmp / 'server.db'}",
+             "--artifacts-destination", str(self.artifacts), "--workers", "1"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            assert self.proc.poll() is None, (self.tmp / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "mlflow server did not start in 180 s"
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+        self.log.close()

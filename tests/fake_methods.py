@@ -26,7 +26,8 @@ from teng_eq.results import StepRecord
 #: class, its two keys, and none of TENG's.
 TOY = ["method.impl=fake_methods:Toy", "+method.growth=1.5", "+method.nan_at=0",
        *(f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first", "subsample",
-                                      "solver", "damping", "stopping", "holdout", "grid", "network", "fit"))]
+                                      "solver", "damping", "stopping", "holdout", "grid", "network", "fit",
+                                      "warm_start", "warm_rate"))]
 
 
 class Toy(Method):
@@ -73,7 +74,8 @@ class Toy(Method):
 #: :class:`Decay` in place of the default method group, as :data:`TOY` does for :class:`Toy`.
 DECAY = ["method.impl=fake_methods:Decay", "+method.constant=0.5",
          *(f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first", "subsample",
-                                        "solver", "damping", "stopping", "holdout", "grid", "network", "fit"))]
+                                        "solver", "damping", "stopping", "holdout", "grid", "network", "fit",
+                                        "warm_start", "warm_rate"))]
 
 
 class Decay(Method):

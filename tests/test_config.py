@@ -28,6 +28,20 @@ def test_paper_presets(preset, equation, dt):
     assert (o.grid, o.subsample_first, o.subsample, o.iters, o.iters_later) == (512, 1536, 1024, 7, 5)
 
 
+@pytest.mark.parametrize(
+    "preset, equation, dt",
+    [("cpu_heat2d", "heat", 0.005), ("cpu_allen_cahn", "allen_cahn", 0.005), ("cpu_burgers", "burgers", 0.001)],
+)
+def test_cpu_horizon_presets(preset, equation, dt):
+    """The paper's horizons at CPU size: the paper's Δt and T, the CPU grid and draws, the
+    extrapolated start."""
+    run = make_config(f"experiment={preset}")
+    o = run.method.options
+    assert (run.equation.name, run.method.name, run.dt, run.t_final) == (equation, "teng_heun", dt, 4.0)
+    assert (o.grid, o.subsample_first, o.subsample, o.iters, o.iters_later) == (64, 512, 384, 7, 5)
+    assert (o.warm_start, o.warm_rate) == ("extrapolate", 0.9)
+
+
 @pytest.mark.parametrize("method, integrator", [("teng_euler", "euler"), ("teng_heun", "heun"), ("teng_rk4", "rk4")])
 def test_method_group(method, integrator):
     run = make_config(f"method={method}")
@@ -102,6 +116,8 @@ MALFORMED = [
     (["fit.grid=4"], "fit.grid=4"),
     (["fit.stage1_patience=0"], "fit.stage1_patience=0"),
     (["method.integrator=rk5"], "method.integrator='rk5'"),
+    (["method.warm_start=linear"], "method.warm_start='linear'"),
+    (["method.warm_rate=1.5"], "method.warm_rate=1.5"),
     (["+experiment=paper_heat2d"], "+experiment=paper_heat2d: experiment is in the defaults list"),
     (["stopping.min_iters=6"], "stopping.min_iters=6"),  # above iters_later = 5, a cross-key check
     (["fit.solver=lu"], "fit.solver='lu'"),

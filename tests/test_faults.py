@@ -16,16 +16,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, TINY, all_runs, make_config
+from conftest import ROOT, TINY, Server, all_runs, make_config
 from fake_methods import TOY
 from mlflow.tracking import MlflowClient
 
@@ -288,49 +286,6 @@ def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished
 
 
 # --- 3. A store that goes away -----------------------------------------------------
-
-
-class Server:
-    """A real ``mlflow server`` (its own SQLite store and artifact folder) on a
-    fixed local port, stopped and started again by the test."""
-
-    def __init__(self, tmp: Path):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.tmp, self.url, self.proc = tmp, f"http://127.0.0.1:{self.port}", None
-        self.artifacts = tmp / "server-artifacts"
-
-    def start(self) -> None:
-        self.log = open(self.tmp / "server.log", "a")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.tmp / 'server.db'}",
-             "--artifacts-destination", str(self.artifacts), "--workers", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            assert self.proc.poll() is None, (self.tmp / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not start in 180 s"
-            time.sleep(0.3)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-        self.log.close()
 
 
 @pytest.fixture

@@ -158,7 +158,10 @@ class _Recorder(eqx.Module):
     def values(self, theta):
         return self.space.apply(theta, self.points)
 
-    def stage(self, theta, target, key, iters, n_first, n_rest):
+    def norm2(self, r):  # for the step's embedded error estimate; its value is not checked here
+        return jnp.mean(r * r)
+
+    def stage(self, theta, target, key, iters, n_first, n_rest, expected=None):
         self.targets.append(np.asarray(target))
         nan, zero = jnp.full((), jnp.nan), jnp.zeros((), jnp.int32)
         return theta, StageLog(loss=jnp.full(iters + 1, nan), lsq=jnp.full(iters, nan), final_loss=nan,

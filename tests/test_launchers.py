@@ -2,17 +2,10 @@
 submitit processes on a fresh SQLite store (no race on its creation), and a real
 ``mlflow server`` over HTTP."""
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import numpy as np
 import pytest
-from conftest import all_runs, run_sweep
+from conftest import Server, all_runs, run_sweep
 from mlflow.tracking import MlflowClient
 
 
@@ -26,8 +19,13 @@ def _check_sweep(uri, n_jobs=2):
         assert r.info.status == "FINISHED", r.data.tags.get("failure_reason")
         assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert r.data.metrics["global_rel_l2"] < 1e-5
+        n = round(0.08 / float(r.data.params["dt"]))
         losses = [m.value for m in client.get_metric_history(r.info.run_id, "step_loss")]
-        assert len(losses) == round(0.08 / float(r.data.params["dt"])) and np.median(losses) < 1e-9
+        err = [m.value for m in client.get_metric_history(r.info.run_id, "rel_l2")]
+        # What the run guarantees: its error against the exact solution at every step (the
+        # step losses of 32² nodes for 8,361 parameters are round-off of an interpolation).
+        assert len(losses) == n and all(np.isfinite(losses))
+        assert len(err) == n + 1 and max(err) < 1e-5
         assert {a.path for a in client.list_artifacts(r.info.run_id)} == {
             "config", "params", "plots", "tables"}
     return jobs
@@ -45,39 +43,14 @@ def test_parallel_launcher_on_a_fresh_store(tmp_path, warm_cache, launcher):
 
 @pytest.fixture
 def mlflow_server(tmp_path):
-    """A real ``mlflow server`` on a free local port with its own SQLite store;
-    stopped through its PID (and its process group) at teardown."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    """A real ``mlflow server`` on a free local port with its own SQLite store
+    (:class:`conftest.Server`), stopped at teardown."""
+    server = Server(tmp_path)
+    server.start()
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not start in 180 s"
-            time.sleep(0.5)
-        yield url, tmp_path / "server-artifacts"
+        yield server.url, server.artifacts
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        server.stop()
 
 
 def test_sweep_against_a_remote_mlflow_server(tmp_path, warm_cache, mlflow_server):

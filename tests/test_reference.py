@@ -187,7 +187,7 @@ def self_convergence(name, t, n, dt):
     return rel_l2(base, fine_n), rel_l2(base, fine_dt)
 
 
-@pytest.mark.parametrize("name", ["allen_cahn", "burgers"])
+@pytest.mark.parametrize("name", ["allen_cahn", pytest.param("burgers", marks=pytest.mark.slow)])
 def test_self_convergence_t1_defaults(name):
     d_modes, d_steps = self_convergence(name, 1.0, *make_equation(name).reference_scheme().default(1.0))
     assert d_modes < 1e-10 and d_steps < 1e-10, (d_modes, d_steps)

@@ -13,8 +13,10 @@ from teng_eq.simulation import run_simulation
 
 
 def small(*overrides):
+    # estimate=none: these runs test the steps; the estimate has tests/test_error_control.py
+    # (and costs each run the compilation of its fourth derivatives).
     base = ["equation=heat", "equation.initial_condition=sines2d", "method=teng_heun", "dt=0.02",
-            "t_final=0.4", "grid=32", "eval_grid=64", "subsample_first=512", "subsample=384"]
+            "t_final=0.4", "grid=32", "eval_grid=64", "subsample_first=512", "subsample=384", "estimate=none"]
     return make_config(*base, *overrides)
 
 

@@ -102,8 +102,13 @@ class Defect(eqx.Module):
         return u, grad, lap, f, grad_f, lap_f
 
     def __call__(self, theta0, theta1, dt) -> tuple[dict[str, Float[Array, " n"]], dict[str, Float[Array, ""]]]:
-        u0, g0, l0, f0, gf0, lf0 = self.fields(theta0)
-        u1, g1, l1, f1, gf1, lf1 = self.fields(theta1)
+        return self.combine(self.fields(theta0), self.fields(theta1), dt)
+
+    def combine(self, fields0, fields1, dt) -> tuple[dict[str, Float[Array, " n"]], dict[str, Float[Array, ""]]]:
+        """The step's local terms from :meth:`fields` at both of its ends (the driver
+        keeps a step's end fields as the next step's start: one evaluation per step)."""
+        u0, g0, l0, f0, gf0, lf0 = fields0
+        u1, g1, l1, f1, gf1, lf1 = fields1
         trapezoid = (u1 - u0) - dt / 2 * (f0 + f1)
         scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(u1),
                    "growth_rate": jnp.maximum(jnp.asarray(self.equation.growth_rate(u0, g0), jnp.float64),

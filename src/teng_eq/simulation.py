@@ -127,12 +127,12 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     """
     method = build_method(cfg, cache_dir=cache_dir, log=log)
     equation, adaptive, control = cfg.equation, cfg.adaptive, cfg.controller
+    order = method.error_order(cfg.method.options)  # of the step's embedded estimate
 
     t0 = time.perf_counter()
     if adaptive:
         reference = equation.reference_anytime(cfg.t_final, cache_dir=cache_dir)
         stops = control.stops(cfg.t_final, snapshot_times)
-        order = method.error_order(cfg.method.options)
     else:
         fixed_times = np.arange(cfg.n_steps + 1) * cfg.dt
         reference = equation.reference(fixed_times, cache_dir=cache_dir)
@@ -160,8 +160,16 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
         jax.jit(lambda s, t: method.values(s, boundary, t)).lower(state, 0.0).compile())
     defect = None if cfg.estimate == "none" else method.defect(cfg.estimate.startswith("hermite"))
     if defect is not None:
-        defect_fn = jax.jit(lambda a, b, dt: defect(a, b, dt)).lower(state, state, 0.0).compile()
-        initial_fn = jax.jit(lambda s: defect.initial(s)).lower(state).compile()
+        # The fields (derivatives up to fourth order) are compiled once and evaluated once
+        # per accepted step: a step's end is the next one's start.
+        def fields_of(s):
+            return defect.fields(method.parameters(s))
+
+        fields_fn = jax.jit(fields_of).lower(state).compile()
+        shapes = jax.eval_shape(fields_of, state)
+        combine_fn = jax.jit(lambda a, b, dt: defect.combine(a, b, dt)).lower(shapes, shapes, 0.0).compile()
+        end_fields: list = [None, None]  # (step, fields of its end state)
+        initial_fn = jax.jit(lambda s: defect.initial(method.parameters(s))).lower(state).compile()
     compile_s = time.perf_counter() - t0
 
     steps, sequential = method.steps, method.sequential
@@ -183,7 +191,6 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
         if n < 2:
             return 0.0
         h_last = float(history.times[n - 1] - history.times[n - 2])
-        order = method.error_order(cfg.method.options)
         return float(history.metrics["local_error"][n - 2]) * (h / h_last) ** order
 
     def t_of(n: int) -> float | None:
@@ -265,7 +272,9 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
         if estimate is not None:
             start = time.perf_counter()
             step_dt = dt if adaptive else cfg.dt
-            vectors, scalars = jax.device_get(defect_fn(previous, state, step_dt))
+            start_fields = end_fields[1] if end_fields[0] == n - 1 else fields_fn(previous)
+            end_fields[:] = n, fields_fn(state)
+            vectors, scalars = jax.device_get(combine_fn(start_fields, end_fields[1], step_dt))
             history.u_sq[n] = float(scalars.pop("u_l2")) ** 2
             method_metrics.update({k: float(v) for k, v in scalars.items()})
             clock["estimate_s"] += time.perf_counter() - start
@@ -299,16 +308,23 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
             save(n, state)
             saved = n
 
+    def attempt(state, n: int, key, h: float | None):
+        """One try of step n from ``state`` (``h``: its size under ``dt: auto``, None at
+        fixed Δt): ``(new state, record, seconds)``; its iterations are counted."""
+        args = (state, key) if h is None and not expects else (state, key, h)
+        if expects:
+            args += (expected_error(n, cfg.dt if h is None else h),)
+        start = time.perf_counter()
+        new, record = step_fn(*args)
+        jax.block_until_ready(new)
+        elapsed = time.perf_counter() - start
+        record = jax.device_get(record)
+        clock["iterations_total"] += float(record.metrics.get("iterations", 0.0))
+        return new, record, elapsed
+
     if not adaptive:
         for n in range(done + 1, steps + 1):
-            start = time.perf_counter()
-            key = jax.random.fold_in(key_run, n)
-            new, record = (step_fn(state, key, None, expected_error(n, cfg.dt)) if expects
-                           else step_fn(state, key))
-            jax.block_until_ready(new)
-            elapsed = time.perf_counter() - start
-            record = jax.device_get(record)
-            clock["iterations_total"] += float(record.metrics.get("iterations", 0.0))
+            new, record, elapsed = attempt(state, n, jax.random.fold_in(key_run, n), None)
             accept(n, new, state, record, elapsed, None)
             state = new
     else:
@@ -319,12 +335,8 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
             key, elapsed = jax.random.fold_in(key_run, n), 0.0
             while True:  # tries of step n, each from the same state
                 h, t_new = control.plan(t, controller.dt, stops)
-                start = time.perf_counter()
-                new, record = step_fn(state, key, h, expected_error(n, h)) if expects else step_fn(state, key, h)
-                jax.block_until_ready(new)
-                elapsed += time.perf_counter() - start
-                record = jax.device_get(record)
-                clock["iterations_total"] += float(record.metrics.get("iterations", 0.0))
+                new, record, seconds = attempt(state, n, key, h)
+                elapsed += seconds
                 r = control.ratio(float(record.metrics["local_error"]), float(record.metrics["u_l2"]))
                 if r <= 1.0:
                     controller = control.accept(controller, h, r, order, clipped=h < controller.dt)

@@ -93,8 +93,14 @@ class Method(eqx.Module):
 
     def defect(self, hermite: bool):
         """The :class:`~teng_eq.estimate.Defect` of the run's error estimate (``hermite``:
-        with the Hermite–Simpson term), or None for a method without one."""
+        with the Hermite–Simpson term), or None for a method without one; it reads
+        :meth:`parameters`."""
         return
+
+    def parameters(self, state) -> PyTree:
+        """The network parameters θ of a state (the state itself, unless the method
+        carries more in it)."""
+        return state
 
     @classmethod
     def memory(cls, options, problem: Problem) -> dict[str, tuple[int, str]]:
@@ -232,10 +238,10 @@ class ThetaMethod(Method):
         return self.theta0
 
     def values(self, state, points, t=None):
-        return self.space.apply(state, points)
+        return self.space.apply(self.parameters(state), points)
 
     def network(self, state):
-        return self.space.network(state)
+        return self.space.network(self.parameters(state))
 
     def fit_report(self) -> FitReport | None:
         return self.report

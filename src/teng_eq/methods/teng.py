@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.errors import bad
@@ -23,6 +24,19 @@ from teng_eq.options import at_least, one_of
 from teng_eq.results import StepRecord
 from teng_eq.stepper import StageSolver, Stopping
 
+#: Where a stage's fit starts (:class:`teng_eq.integrators.TENGStep`).
+WARM_STARTS = ("previous", "extrapolate")
+
+
+class Extrapolating(eqx.Module):
+    """TENG's state under ``warm_start: extrapolate``: θ_t and the rate
+    ``(θ_t − θ_{t−Δt'})/Δt'`` of the step that reached it (zero at t = 0), from
+    which the next step's first fit starts. Checkpoints carry both, so a resumed run
+    starts where the uninterrupted one would."""
+
+    theta: Float[Array, " params"]
+    rate: Float[Array, " params"]
+
 
 class TENG(ThetaMethod):
     """TENG-Euler, -Heun or -RK4 (``integrator``), paper Algorithms ``TENG_Euler`` /
@@ -33,7 +47,8 @@ class TENG(ThetaMethod):
         """TENG's settings (``conf/method/teng_*.yaml``; the top-level keys of the same
         names feed them): the ``integrator``, the iteration caps of a step's first
         stage and of the others, the parameters drawn on a step's first iteration and
-        on the others, the least squares, the stopping policy and the held-out check."""
+        on the others, the least squares, the stopping policy, the held-out check and
+        where a stage's fit starts (``warm_start``, ``warm_rate``)."""
 
         integrator: str
         iters: int
@@ -44,10 +59,15 @@ class TENG(ThetaMethod):
         damping: float
         stopping: Stopping
         holdout: Holdout
+        warm_start: str
+        warm_rate: float
 
         def validate(self, prefix: str) -> None:
             ThetaOptions.validate(self, prefix)
             one_of(f"{prefix}.integrator", self.integrator, sorted(TABLEAUS))
+            one_of(f"{prefix}.warm_start", self.warm_start, WARM_STARTS)
+            if not 0.0 <= self.warm_rate <= 1.0:
+                bad(f"{prefix}.warm_rate", self.warm_rate, "must be in [0, 1]")
             at_least(prefix, self, 1, "iters", "iters_later")
             check_least_squares(prefix, self.solver, self.damping)
             if self.holdout.grid is not None and self.grid % self.holdout.grid:
@@ -88,12 +108,23 @@ class TENG(ThetaMethod):
             iters=options.iters, iters_later=options.iters_later, subsample_first=options.subsample_first,
             subsample=options.subsample, boundary=quadrature.boundary,
             holdout=eq.holdout(options.grid, options.holdout.points(options.grid)),
+            warm_start=options.warm_start, warm_rate=options.warm_rate,
         )
         return {"advance": advance, "holdout": options.holdout}
 
-    def step(self, state: Float[Array, " params"], key: PRNGKeyArray, dt=None, expected=None
-             ) -> tuple[Float[Array, " params"], StepRecord]:
-        return self.advance(state, key, dt, expected)
+    def init(self) -> Float[Array, " params"] | Extrapolating:
+        theta = self.theta0
+        return Extrapolating(theta, jnp.zeros_like(theta)) if self.advance.warm_start == "extrapolate" else theta
+
+    def parameters(self, state) -> Float[Array, " params"]:
+        return state.theta if isinstance(state, Extrapolating) else state
+
+    def step(self, state, key: PRNGKeyArray, dt=None, expected=None) -> tuple[object, StepRecord]:
+        if not isinstance(state, Extrapolating):
+            return self.advance(state, key, dt, expected)
+        theta, record = self.advance(state.theta, key, dt, expected, rate=state.rate)
+        h = self.advance.dt if dt is None else dt
+        return Extrapolating(theta, (theta - state.theta) / h), record
 
     @property
     def expects_error(self) -> bool:
