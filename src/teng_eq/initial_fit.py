@@ -340,9 +340,10 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
     for attempt in range(DAMPING_TRIES):
         last = attempt == DAMPING_TRIES - 1
         solver = StageSolver(space, quadrature, fit.solver, damping)
+        label = "θ₀ stage 2 (value)" if attempt == 0 else f"θ₀ stage 2 (value, damping {damping:.0e})"
         fitted, loss = refine(solver, theta, target, key=key, subsample=sub, tol=0.0,
                               max_iters=fit.stage2_max_iters, patience=fit.stage2_patience, log=log,
-                              label=f"θ₀ stage 2 (value, damping {damping:.0e})", goal=goal,
+                              label=label, goal=goal,
                               give_up_if_stuck=not last)
         if last or not bool(jnp.all(fitted == theta)):
             return fitted, loss, damping
