@@ -166,7 +166,7 @@ def test_a_cache_that_cannot_be_written_costs_only_the_cache(tmp_path, monkeypat
 
     def fit(net, u0, quadrature, *, key, fit, log=None):
         return jnp.arange(5.0), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
-                                          converged=True, stage1_s=1.0, stage2_s=2.0)
+                                          converged=True, stage1_s=1.0, stage2_s=2.0, stage2_damping=1e-8)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     theta, report = initial_fit.cached_initial_parameters(

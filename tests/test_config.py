@@ -124,7 +124,6 @@ MALFORMED = [
     (["method=pinn_bfgs", "iters=5"], "iters='5': method pinn_bfgs does not use it"),
     (["method=pinn_bfgs", "grid=32"], "grid='32': method pinn_bfgs does not use it"),
     (["method=tdvp_rk4", "subsample=64"], "subsample='64': method tdvp_rk4 does not use it"),
-    (["method=obti_adam", "solver=qr"], "solver='qr': method obti_adam does not use it"),
     (["method=tdvp_rk4", "method.subsample=9000"], "method.subsample=9000: must be an integer in [1, 8361]"),
     (["-m", "method=teng_heun,obti_adam", "stopping.policy=adaptive"], "stopping.policy='adaptive'"),
     (["equation.nu=-1"], "equation.nu=-1"),
@@ -165,8 +164,8 @@ def test_good_command_lines_pass(preflight, tmp_path):
     assert preflight(["-m", uri, cache, "dt=0.02,0.04", "method=teng_euler,teng_rk4"]) == 4
     assert preflight(["-m", uri, cache, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "dt=0.02"]) == 1
     assert preflight(["-m", uri, cache, "experiment=table1_cpu"]) == 19  # the preset's own sweep
-    # Every method that starts from θ₀ reads grid (and fit.*); θ₀'s least squares are its own.
-    assert preflight([uri, cache, "method=obti_adam", "grid=32", "fit.grid=48", "fit.solver=qr"]) == 1
+    # θ₀'s fit reads solver and damping, so every method that starts from θ₀ uses them.
+    assert preflight([uri, cache, "method=obti_adam", "solver=qr", "grid=32", "fit.grid=48"]) == 1
     assert preflight(["--cfg", "job"]) == 0  # Hydra's own business
 
 
