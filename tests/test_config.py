@@ -42,6 +42,20 @@ def test_cpu_horizon_presets(preset, equation, dt):
     assert (o.warm_start, o.warm_rate) == ("extrapolate", 0.9)
 
 
+def test_an_equation_sets_its_own_theta0_fit_at_cpu_size():
+    """``equation.cpu.fit`` replaces the fit's defaults key by key (3-D heat: θ₀ on 24³,
+    a finer grid than its 16³ steps); the command line overrides it, and the paper's
+    3-D preset, which drops the CPU block, fits θ₀ on its own grid with the defaults."""
+    default = make_config().method.options.fit
+    assert (default.grid, default.stage2_tol, default.damping) == (None, 5e-14, 1e-7)
+    fit = make_config("equation=heat3d").method.options.fit
+    assert (fit.grid, fit.stage1_tol, fit.stage1_patience, fit.stage2_tol, fit.damping) == (24, 1e-4, 6, 1e-7, 1e-8)
+    assert fit.stage1_subsample == default.stage1_subsample  # keys it does not set keep the defaults
+    assert make_config("equation=heat3d", "fit.grid=32").method.options.fit.grid == 32
+    paper = make_config("experiment=paper_heat3d").method.options
+    assert (paper.grid, paper.fit) == (64, default)
+
+
 @pytest.mark.parametrize("method, integrator", [("teng_euler", "euler"), ("teng_heun", "heun"), ("teng_rk4", "rk4")])
 def test_method_group(method, integrator):
     run = make_config(f"method={method}")
