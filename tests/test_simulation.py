@@ -5,11 +5,12 @@ resolves exactly, so that a run costs seconds; the paper's condition needs a
 minutes-long θ₀ fit and is exercised by the pipeline's default sweep.
 """
 
+import jax
 import numpy as np
 import pytest
 from conftest import make_config
 
-from teng_eq.simulation import run_simulation
+from teng_eq.simulation import build_method, lower_step, run_simulation
 
 
 def small(*overrides):
@@ -98,3 +99,21 @@ def test_a_run_that_overfits_the_nodes_is_flagged(cache_dir):
     r = run_simulation(cfg, cache_dir=cache_dir)
     assert r.holdout_flag == "fail"
     assert np.all(r.metrics["holdout_ratio"] > cfg.method.options.holdout.fail), r.metrics["holdout_ratio"]
+
+
+def test_runs_that_differ_only_in_dt_compile_one_step(cache_dir):
+    """Δt is an argument of TENG's compiled step at a fixed Δt too, so that the jobs of
+    a Δt sweep lower to one program (which jax's persistent compilation cache, enabled
+    by the pipeline's jobs, then compiles once): the programs of Δt = 0.02 and 0.01 are
+    the same text, and that of another iteration count is not."""
+
+    def program(*overrides):
+        cfg = small("t_final=0.04", *overrides)
+        method = build_method(cfg, cache_dir=cache_dir)
+        state, key = method.init(), jax.random.PRNGKey(0)
+        takes_dt = method.error_order(cfg.method.options) > 0
+        return lower_step(method, state, key, takes_dt=takes_dt, expects=method.expects_error).as_text()
+
+    a, b = program("dt=0.02"), program("dt=0.01")
+    assert a == b
+    assert program("dt=0.02", "iters=3") != a

@@ -19,9 +19,11 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +68,27 @@ def probe_folder(path) -> str | None:
             with contextlib.suppress(OSError):
                 p.rmdir()  # only if still empty: a parallel job may have started using it
     return None
+
+
+def compilation_folder(path=None) -> Path:
+    """Where jax keeps this machine's compiled programs (its persistent compilation
+    cache, enabled by the pipeline's jobs): ``<cache>/xla/<machine>``.
+
+    ``<machine>`` digests the processor (architecture, CPU features) and jaxlib's
+    version: compiled XLA:CPU programs are native code for the CPU that compiled them,
+    and a cache folder shared by machines of different CPUs (a cluster's home folder)
+    would otherwise hand one node's programs to another. Deleting the folder only costs
+    the next runs their compilation."""
+    features = platform.processor()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as info:  # Linux: x86's "flags", ARM's "Features"
+            features = next((line for line in info if line.startswith(("flags", "Features"))), features)
+    try:
+        jaxlib = version("jaxlib")
+    except PackageNotFoundError:
+        jaxlib = "unknown"
+    machine = hashlib.sha256(f"{platform.machine()}|{features}|{jaxlib}".encode()).hexdigest()[:16]
+    return cache_dir(path) / "xla" / f"{platform.machine()}-{machine}"
 
 
 @contextlib.contextmanager

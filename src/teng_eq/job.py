@@ -34,7 +34,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from teng_eq import interrupts, tracking
-from teng_eq.cache import cache_dir, digest
+from teng_eq.cache import cache_dir, compilation_folder, digest
 from teng_eq.checkpoint import CheckpointStore, save_network
 from teng_eq.errors import ConfigError, Overfit, RunFailed, WriteFailed
 from teng_eq.initial_fit import FitProgress
@@ -164,6 +164,7 @@ def main(cfg: DictConfig, context: JobContext) -> float:
         job = validate_job(cfg, root=context.root, overrides=context.overrides)
     except ConfigError as err:
         sys.exit(f"error: {err}")
+    enable_compilation_cache(job.options.cache_dir)
     try:
         with logging_redirect_tqdm(tqdm_class=tqdm):
             return run_job(cfg, job, context, job_start)
@@ -183,6 +184,16 @@ def main(cfg: DictConfig, context: JobContext) -> float:
         if not context.multirun:
             sys.exit(f"error: {err}")
         raise
+
+
+def enable_compilation_cache(folder) -> None:
+    """Keep compiled programs in :func:`teng_eq.cache.compilation_folder` of the run's
+    cache (jax's persistent compilation cache): a later job of the same program (the
+    other Δt of a sweep, a rerun) loads it instead of compiling it again. A folder the
+    user gave jax (``JAX_COMPILATION_CACHE_DIR``) is kept; ``JAX_ENABLE_COMPILATION_CACHE=
+    false`` turns the cache off."""
+    if jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", str(compilation_folder(folder)))
 
 
 def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) -> float:

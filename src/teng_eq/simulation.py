@@ -88,6 +88,22 @@ def load_network(cfg: RunConfig, path) -> eqx.Module:
     return eqx.tree_deserialise_leaves(path, cfg.method.cls.network_template(cfg.method.options, cfg.problem))
 
 
+def lower_step(method: Method, state, key, *, takes_dt: bool, expects: bool) -> jax.stages.Lowered:
+    """``method.step`` traced for compilation: ``(state, key[, dt][, expected])``.
+
+    A closure, not the bound method: the method's arrays (grid, index tables) become
+    constants of the one compiled step. Δt is an argument wherever the step takes one
+    (``takes_dt``: a method that can run under the controller), at a fixed Δt too: runs
+    that differ only in Δt (a Δt sweep) then lower to the same program, which jax's
+    persistent compilation cache (:func:`teng_eq.cache.compilation_folder`) compiles once
+    for all of them."""
+    if expects:
+        return jax.jit(lambda s, k, dt, e: method.step(s, k, dt, e)).lower(state, key, 0.0, 0.0)
+    if takes_dt:
+        return jax.jit(lambda s, k, dt: method.step(s, k, dt)).lower(state, key, 0.0)
+    return jax.jit(lambda s, k: method.step(s, k)).lower(state, key)
+
+
 def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | None = None,
         log: Callable[[str], None] | None = None, cache_dir=None, snapshot_steps: Sequence[int] = (),
         snapshot_times: Sequence[float] = (), checkpoints: CheckpointStore | None = None,
@@ -143,16 +159,9 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     state = method.init()
     evaluation = equation.evaluation(cfg.eval_grid)
     t0 = time.perf_counter()
-    # A closure, not the bound method: the method's arrays (grid, index tables)
-    # become constants of the one compiled step.
     expects = method.expects_error  # the stages' floor follows the expected local error
-    if expects:
-        step_fn = jax.jit(lambda s, k, dt, e: method.step(s, k, dt, e)).lower(
-            state, key_run, 0.0 if adaptive else None, 0.0).compile()
-    elif adaptive:
-        step_fn = jax.jit(lambda s, k, dt: method.step(s, k, dt)).lower(state, key_run, 0.0).compile()
-    else:
-        step_fn = jax.jit(lambda s, k: method.step(s, k)).lower(state, key_run).compile()
+    takes_dt = adaptive or order > 0
+    step_fn = lower_step(method, state, key_run, takes_dt=takes_dt, expects=expects).compile()
     evaluate = jax.jit(lambda s, t: method.values(s, evaluation.points, t)).lower(state, 0.0).compile()
     # Where the domain has a Dirichlet boundary (u = 0), |û| there is reported each step.
     boundary = equation.boundary_points(cfg.eval_grid)
@@ -311,6 +320,8 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     def attempt(state, n: int, key, h: float | None):
         """One try of step n from ``state`` (``h``: its size under ``dt: auto``, None at
         fixed Δt): ``(new state, record, seconds)``; its iterations are counted."""
+        if h is None and takes_dt:
+            h = cfg.dt
         args = (state, key) if h is None and not expects else (state, key, h)
         if expects:
             args += (expected_error(n, cfg.dt if h is None else h),)
