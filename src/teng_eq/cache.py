@@ -80,9 +80,8 @@ def compilation_folder(path=None) -> Path:
     would otherwise hand one node's programs to another. Deleting the folder only costs
     the next runs their compilation."""
     features = platform.processor()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as info:  # Linux: x86's "flags", ARM's "Features"
-            features = next((line for line in info if line.startswith(("flags", "Features"))), features)
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:  # Linux: x86's "flags", ARM's "Features"
+        features = next((line for line in info if line.startswith(("flags", "Features"))), features)
     try:
         jaxlib = version("jaxlib")
     except PackageNotFoundError:
