@@ -33,13 +33,29 @@ def test_paper_presets(preset, equation, dt):
     [("cpu_heat2d", "heat", 0.005), ("cpu_allen_cahn", "allen_cahn", 0.005), ("cpu_burgers", "burgers", 0.001)],
 )
 def test_cpu_horizon_presets(preset, equation, dt):
-    """The paper's horizons at CPU size: the paper's Δt and T, the CPU grid and draws, the
-    extrapolated start."""
+    """The paper's horizons at CPU size: the paper's Δt and T, the CPU grid, draws, the
+    extrapolated start and θ₀ fit of the defaults."""
     run = make_config(f"experiment={preset}")
     o = run.method.options
     assert (run.equation.name, run.method.name, run.dt, run.t_final) == (equation, "teng_heun", dt, 4.0)
     assert (o.grid, o.subsample_first, o.subsample, o.iters, o.iters_later) == (64, 512, 384, 7, 5)
     assert (o.warm_start, o.warm_rate) == ("extrapolate", 0.9)
+    assert o.fit == make_config().method.options.fit
+
+
+def test_the_paper_size_starts_and_fits_as_the_paper():
+    """``size: paper`` (the paper's presets, Table 1 at its size) starts every fit from the
+    one before it and fits θ₀ with the paper's stage-1 tolerance 1e-7 and the longer
+    stage 2, where the CPU defaults extrapolate the start and stop stage 1 at 1e-5;
+    ``warm_start=…`` on the command line reaches TENG and is refused for a PINN."""
+    cpu, paper = make_config().method.options, make_config("experiment=paper_heat2d").method.options
+    assert (cpu.warm_start, paper.warm_start) == ("extrapolate", "previous")
+    assert (cpu.fit.stage1_tol, cpu.fit.stage2_max_iters, cpu.fit.stage2_polish_iters) == (1e-5, 100, 25)
+    assert (paper.fit.stage1_tol, paper.fit.stage2_max_iters, paper.fit.stage2_polish_iters) == (1e-7, 2000, 100)
+    assert (paper.fit.polish_patience, paper.fit.damping) == (3, paper.damping)
+    assert make_config("warm_start=previous").method.options.warm_start == "previous"
+    for equation in ("burgers", "heat_disk"):  # where the shorter fit is worse (their cpu.fit)
+        assert make_config(f"equation={equation}").method.options.fit == paper.fit
 
 
 def test_an_equation_sets_its_own_theta0_fit_at_cpu_size():
@@ -47,13 +63,14 @@ def test_an_equation_sets_its_own_theta0_fit_at_cpu_size():
     a finer grid than its 16³ steps); the command line overrides it, and the paper's
     3-D preset, which drops the CPU block, fits θ₀ on its own grid with the defaults."""
     default = make_config().method.options.fit
-    assert (default.grid, default.stage2_tol, default.damping) == (None, 5e-14, 1e-7)
+    assert (default.grid, default.stage2_tol, default.damping) == (None, 5e-14, 1e-8)
     fit = make_config("equation=heat3d").method.options.fit
     assert (fit.grid, fit.stage1_tol, fit.stage1_patience, fit.stage2_tol, fit.damping) == (24, 1e-4, 6, 1e-7, 1e-8)
     assert fit.stage1_subsample == default.stage1_subsample  # keys it does not set keep the defaults
     assert make_config("equation=heat3d", "fit.grid=32").method.options.fit.grid == 32
+    assert fit.stage2_max_iters == 2000
     paper = make_config("experiment=paper_heat3d").method.options
-    assert (paper.grid, paper.fit) == (64, default)
+    assert (paper.grid, paper.fit) == (64, make_config("experiment=paper_heat2d").method.options.fit)
 
 
 @pytest.mark.parametrize("method, integrator", [("teng_euler", "euler"), ("teng_heun", "heun"), ("teng_rk4", "rk4")])
@@ -138,6 +155,8 @@ MALFORMED = [
     (["method=pinn_bfgs", "iters=5"], "iters='5': method pinn_bfgs does not use it"),
     (["method=pinn_bfgs", "grid=32"], "grid='32': method pinn_bfgs does not use it"),
     (["method=tdvp_rk4", "subsample=64"], "subsample='64': method tdvp_rk4 does not use it"),
+    (["method=tdvp_rk4", "warm_start=previous"], "warm_start='previous': method tdvp_rk4 does not use it"),
+    (["warm_start=linear"], "warm_start='linear'"),
     (["method=tdvp_rk4", "method.subsample=9000"], "method.subsample=9000: must be an integer in [1, 8361]"),
     (["-m", "method=teng_heun,obti_adam", "stopping.policy=adaptive"], "stopping.policy='adaptive'"),
     (["equation.nu=-1"], "equation.nu=-1"),

@@ -29,8 +29,8 @@ from teng_eq.options import BOOKKEEPING, at_least, import_impl, one_of, options_
 
 #: Top-level keys that only feed method groups (by interpolation): short to type in
 #: a sweep (``iters=5,7``), meaningful only to a method whose yaml reads them.
-SHORTHANDS = frozenset({"iters", "iters_later", "subsample_first", "subsample", "solver", "damping", "grid",
-                        "stopping", "holdout", "network", "fit"})
+SHORTHANDS = frozenset({"iters", "iters_later", "subsample_first", "subsample", "solver", "damping", "warm_start",
+                        "grid", "stopping", "holdout", "network", "fit"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -124,7 +124,10 @@ class TENG(ThetaMethod):
             return self.advance(state, key, dt, expected)
         theta, record = self.advance(state.theta, key, dt, expected, rate=state.rate)
         h = self.advance.dt if dt is None else dt
-        return Extrapolating(theta, (theta - state.theta) / h), record
+        # Times 1/h, not over h: XLA compiles a division by a constant Δt so, and Δt is an
+        # argument of the compiled step (teng_eq.simulation.lower_step) since fixed-Δt runs
+        # had it as a constant: written this way their results stayed the same bit for bit.
+        return Extrapolating(theta, (theta - state.theta) * (1.0 / h)), record
 
     @property
     def expects_error(self) -> bool:
