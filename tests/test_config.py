@@ -34,13 +34,13 @@ def test_paper_presets(preset, equation, dt):
 )
 def test_cpu_horizon_presets(preset, equation, dt):
     """The paper's horizons at CPU size: the paper's Δt and T, the CPU grid, draws, the
-    extrapolated start and θ₀ fit of the defaults."""
+    extrapolated start and the equation's θ₀ fit of the defaults."""
     run = make_config(f"experiment={preset}")
     o = run.method.options
     assert (run.equation.name, run.method.name, run.dt, run.t_final) == (equation, "teng_heun", dt, 4.0)
     assert (o.grid, o.subsample_first, o.subsample, o.iters, o.iters_later) == (64, 512, 384, 7, 5)
     assert (o.warm_start, o.warm_rate) == ("extrapolate", 0.9)
-    assert o.fit == make_config().method.options.fit
+    assert o.fit == make_config(f"equation={equation}").method.options.fit
 
 
 def test_the_paper_size_starts_and_fits_as_the_paper():
