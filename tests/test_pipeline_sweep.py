@@ -70,13 +70,13 @@ def test_multirun_is_one_parent_with_a_child_per_job(sweep_store):
         assert t["theta0_cached"] == "True"  # warm_cache's θ₀ is the one a job would fit
 
 
-
 def test_jobs_keep_their_compiled_programs_in_the_run_cache(sweep_store, warm_cache):
     """The jobs turned on jax's persistent compilation cache in the cache folder they
     were given, under the machine's own subfolder (teng_eq.cache.compilation_folder)."""
     folder = compilation_folder(warm_cache)
     assert folder.parent == warm_cache / "xla"
     assert any(folder.glob("*-cache")), sorted(p.name for p in (warm_cache / "xla").rglob("*"))
+
 
 def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir, tmp_path):
     _, uri = sweep_store

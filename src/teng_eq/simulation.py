@@ -321,10 +321,10 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
         """One try of step n from ``state`` (``h``: its size under ``dt: auto``, None at
         fixed Δt): ``(new state, record, seconds)``; its iterations are counted."""
         if h is None and takes_dt:
-            h = cfg.dt
-        args = (state, key) if h is None and not expects else (state, key, h)
+            h = cfg.dt  # an argument of the compiled step (lower_step)
+        args = (state, key) if h is None else (state, key, h)
         if expects:
-            args += (expected_error(n, cfg.dt if h is None else h),)
+            args += (expected_error(n, h),)
         start = time.perf_counter()
         new, record = step_fn(*args)
         jax.block_until_ready(new)
