@@ -64,8 +64,8 @@ class FitOptions:
     ``patience`` (chunks of :data:`CHUNK` iterations in a row that did not halve its
     loss), for stage 1 (value+gradient), stage 2 (value, plain iterations) and
     stage 2's Levenberg–Marquardt polish (``stage2_polish_iters``, 0: none); the
-    least squares of stage 2 (``solver``, ``damping``: by default those of the time
-    steps; ``damping`` is the first try of :func:`value_stage`)."""
+    least squares of stage 2 (``solver``: by default the time steps'; ``damping``: the
+    first try of :func:`value_stage`, conf/config.yaml sets both)."""
 
     grid: int | None
     stage1_tol: float
