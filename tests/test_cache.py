@@ -1,7 +1,10 @@
 """Self-checking cache entries: a damaged, truncated or stale file is detected
-and rebuilt, at the helpers and at their two call sites (references, θ₀), and
-concurrent writers never expose half a file."""
+and rebuilt, at the helpers and at their two call sites (references, θ₀),
+concurrent writers never expose half a file, and probing a new folder withstands
+another process probing it at the same moment."""
 
+import pathlib
+import tempfile
 import threading
 import types
 
@@ -12,7 +15,7 @@ from conftest import make_config
 
 from teng_eq import initial_fit
 from teng_eq import reference as ref
-from teng_eq.cache import check_arrays, load_arrays, store_arrays
+from teng_eq.cache import PROBE_TRIES, check_arrays, load_arrays, probe_folder, store_arrays
 from teng_eq.initial_fit import FitReport
 
 KEY = {"what": "test", "n": 3, "lengths": [1.0, 2.0]}
@@ -184,3 +187,46 @@ def test_a_cache_that_cannot_be_written_costs_only_the_cache(tmp_path, monkeypat
     assert [line.split(" not cached (")[0] for line in lines] == ["θ₀", "reference solution"]
     assert all("\n" not in line and line.endswith("used for this run only") for line in lines)
     assert blocked.read_text() == ""
+
+
+def test_a_folder_another_process_makes_meanwhile_is_writable(tmp_path, monkeypatch):
+    """Two sweeps started together on one new cache folder: the other process makes
+    the folder between this probe's look and its mkdir (CI saw "File exists").
+    The probe passes, and it leaves the folder to the process that made it."""
+    folder = tmp_path / "cache" / "new"
+    mkdir = pathlib.Path.mkdir
+
+    def other_process_first(self, *args, **kwargs):
+        mkdir(self, exist_ok=True)
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", other_process_first)
+    assert probe_folder(folder) is None
+    monkeypatch.undo()
+    assert folder.is_dir() and not any(folder.iterdir())
+
+
+def test_a_folder_removed_under_the_probe_is_probed_again(tmp_path, monkeypatch):
+    """The other process removes the folder it made (its probe's clean-up) after
+    this probe saw it and before this probe wrote into it: the probe starts again.
+    A folder that vanishes every time is still reported, after PROBE_TRIES tries."""
+    folder = tmp_path / "cache"
+    mkstemp, calls = tempfile.mkstemp, []
+
+    def removed_before(times):
+        def racing_mkstemp(*args, dir, **kwargs):
+            calls.append(dir)
+            if len(calls) <= times:
+                pathlib.Path(dir).rmdir()
+            return mkstemp(*args, dir=dir, **kwargs)
+        return racing_mkstemp
+
+    monkeypatch.setattr(tempfile, "mkstemp", removed_before(1))
+    assert probe_folder(folder) is None
+    assert len(calls) == 2 and not folder.exists()  # the folder it made, removed again
+
+    calls.clear()
+    monkeypatch.setattr(tempfile, "mkstemp", removed_before(PROBE_TRIES))
+    why = probe_folder(folder)
+    assert why is not None and why.startswith(f"cannot write in {folder} (No such file or directory")
+    assert len(calls) == PROBE_TRIES

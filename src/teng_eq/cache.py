@@ -43,31 +43,54 @@ def cache_dir(path=None) -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "teng-eq"
 
 
+#: Tries of :func:`probe_folder` when a folder vanishes under it.
+PROBE_TRIES = 5
+
+
 def probe_folder(path) -> str | None:
     """Why this process cannot write files in folder ``path``, or None when it can.
 
     Checked by doing it: the missing folders are created, a file is created and
     removed in it, and the folders this made are removed again. ``os.access``
-    cannot tell: as root it says every folder is writable, ``/proc`` included."""
+    cannot tell: as root it says every folder is writable, ``/proc`` included.
+
+    Jobs started together probe the same new folder at once (two sweeps sharing a
+    cache). A folder another process made in the meantime is used, not reported,
+    and left to that process to remove. A folder that another process removes
+    after this one saw it (the other's clean-up) makes this probe start again,
+    at most :data:`PROBE_TRIES` times."""
     folder = Path(path).expanduser().absolute()
+    for _ in range(PROBE_TRIES):
+        why, vanished = _probe_once(folder)
+        if not vanished:
+            break
+    return why
+
+
+def _probe_once(folder: Path) -> tuple[str | None, bool]:
+    """One try of :func:`probe_folder`: ``(why not, whether a folder vanished)``."""
     made: list[Path] = []
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir():
-        return f"{existing} is not a folder"
+        return f"{existing} is not a folder", False
     try:
         for p in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
-            p.mkdir()
+            try:
+                p.mkdir()
+            except FileExistsError:
+                continue  # made by another process since the check: not ours to remove
             made.append(p)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".teng-eq-probe-")
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
-        return f"cannot write in {folder} ({err.strerror or err}: {err.filename})"
+        return f"cannot write in {folder} ({err.strerror or err}: {err.filename})", isinstance(
+            err, FileNotFoundError)
     finally:
         for p in reversed(made):
             with contextlib.suppress(OSError):
                 p.rmdir()  # only if still empty: a parallel job may have started using it
-    return None
+    return None, False
 
 
 def compilation_folder(path=None) -> Path:
