@@ -72,7 +72,7 @@ def _probe_once(folder: Path) -> tuple[str | None, bool]:
     made: list[Path] = []
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir():
-        return f"{existing} is not a folder", False
+        return f"{existing} is not a folder", not existing.exists()  # gone since the look: again
     try:
         for p in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
             try:
