@@ -84,8 +84,8 @@ def _probe_once(folder: Path) -> tuple[str | None, bool]:
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
-        return f"cannot write in {folder} ({err.strerror or err}: {err.filename})", isinstance(
-            err, FileNotFoundError)
+        vanished = isinstance(err, FileNotFoundError)  # a folder this saw or made is gone
+        return f"cannot write in {folder} ({err.strerror or err}: {err.filename})", vanished
     finally:
         for p in reversed(made):
             with contextlib.suppress(OSError):
