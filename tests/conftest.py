@@ -87,20 +87,35 @@ class Server:
     free local port that stays its own when the test stops and starts it again
     (tests/test_faults.py, tests/test_launchers.py)."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, admin_password: str | None = None):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.tmp, self.url, self.proc = tmp, f"http://127.0.0.1:{self.port}", None
         self.artifacts = tmp / "server-artifacts"
+        self.admin_password = admin_password
 
     def start(self) -> None:
+        """Start it; with ``admin_password``, MLflow's authenticated server (``--app-name
+        basic-auth``): its user store in ``tmp``, the admin's password from the
+        environment (never the command line), checked passwords cached for a minute
+        (each check is a slow hash: without it every MLflow call waits for one)."""
         self.log = open(self.tmp / "server.log", "a")  # noqa: SIM115 - closed in stop()
+        env, app = dict(os.environ), []
+        if self.admin_password is not None:
+            ini = self.tmp / "basic_auth.ini"
+            ini.write_text("[mlflow]\ndefault_permission = READ\n"
+                           f"database_uri = sqlite:///{self.tmp / 'auth.db'}\nadmin_username = admin\n"
+                           "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                           "auth_cache_ttl_seconds = 60\n")
+            env.update(MLFLOW_AUTH_CONFIG_PATH=str(ini), MLFLOW_AUTH_ADMIN_PASSWORD=self.admin_password,
+                       MLFLOW_FLASK_SERVER_SECRET_KEY=os.urandom(16).hex())
+            app = ["--app-name", "basic-auth"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+            [sys.executable, "-m", "mlflow", "server", *app, "--host", "127.0.0.1", "--port", str(self.port),
              "--backend-store-uri", f"sqlite:///{self.tmp / 'server.db'}",
              "--artifacts-destination", str(self.artifacts), "--workers", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         deadline = time.monotonic() + 180
         while True:
             try:

@@ -82,17 +82,20 @@ class Decay(Method):
     """A method the step-size controller can drive: ``a ← a (1 − Δt)`` per step (no
     randomness), reporting an embedded estimate ``local_error = constant·Δt²`` (order 2,
     as Heun–Euler's) and ``u_l2 = ‖a‖``: the controller's decisions follow in closed
-    form, and the state after a step shows whether a rejected try touched it."""
+    form, and the state after a step shows whether a rejected try touched it.
+    ``+method.delay=<s>``: as :class:`Toy`'s."""
 
     @dataclasses.dataclass(frozen=True)
     class Options:
         constant: float
+        delay: float = 0.0
 
     constant: float = eqx.field(static=True)
+    delay: float = eqx.field(static=True, default=0.0)
 
     @classmethod
     def build(cls, options, problem, *, cache_dir=None, log=None):
-        return cls(steps=problem.steps, constant=options.constant)
+        return cls(steps=problem.steps, constant=options.constant, delay=options.delay)
 
     @classmethod
     def network_template(cls, options, problem):
@@ -107,6 +110,8 @@ class Decay(Method):
 
     def step(self, state, key, dt=None):
         a = state * (1.0 - dt)
+        if self.delay:
+            jax.debug.callback(lambda: time.sleep(self.delay), ordered=True)
         record = StepRecord(losses=jnp.zeros((1, 1)), lsq=jnp.zeros((1, 1)),
                             metrics={"step_loss": jnp.zeros(()), "local_error": self.constant * dt**2,
                                      "u_l2": jnp.sqrt(jnp.sum(a * a))})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, TINY, Server, all_runs, make_config
-from fake_methods import TOY
+from fake_methods import DECAY, TOY
 from mlflow.tracking import MlflowClient
 
 from teng_eq import interrupts
@@ -206,6 +207,31 @@ def test_the_log_a_person_reads(terminated_then_resumed):
         assert seg.startswith((name, "[", "resuming from the checkpoint")), seg
     for noise in ("Unable to initialize backend", "[matplotlib", "INFO mlflow", "font"):
         assert noise not in terminated_then_resumed["second_log"]
+
+
+def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
+    """Under ``dt=auto`` the number of steps is known only at the end: the stop and the
+    resume name the step and its t (they once read "after step 6 of None")."""
+    uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
+    decay = [o for o in TOY_TINY if not o.startswith(("method.", "+method.", "~method."))] + DECAY
+    cmd = [sys.executable, str(ROOT / "pipeline" / "sweep.py"), "-m", *decay, "dt=auto", "t_final=0.5",
+           "controller.rtol=1e-3", "controller.atol=0", "controller.dt_initial=0.01", f"tracking_uri={uri}",
+           f"cache_dir={cache}", f"hydra.sweep.dir={tmp_path / 'multirun'}", "+method.delay=0.25"]
+    proc = _start(cmd, tmp_path, "first")
+    job = _wait_for_steps(uri, proc, 3, started=tmp_path / "multirun" / "0")
+    os.kill(proc.pid, signal.SIGTERM)
+    code, log = _finish(proc)
+    assert code == 128 + signal.SIGTERM, log[-3000:]
+    (job,) = _job_runs(uri)
+    reason = job.data.tags["killed_reason"]
+    match = re.fullmatch(r"SIGTERM \(signal 15\) after step (\d+) \(t=([0-9.e-]+)\) \(saved\)", reason)
+    assert match and "None" not in log, reason
+    step, t = int(match[1]), float(match[2])
+    times = {m.step: m.value for m in MlflowClient(uri).get_metric_history(job.info.run_id, "t")}
+    assert step >= 3 and times[step] == pytest.approx(t, rel=1e-5)
+    code, log = _run([*cmd, "progress=true"], tmp_path, "second")
+    assert code == 0, log[-3000:]
+    assert f"resuming from the checkpoint after step {step} (t={t:.6g})" in log
 
 
 @pytest.mark.slow  # a submitit sweep and its requeued job: ~60 s on 2 busy cores

@@ -44,3 +44,30 @@ def test_bad_config_one_line_no_run(tmp_path, flags, override, needle):
     assert lines[0].startswith("error: invalid config:") and needle in lines[0], proc.stderr
     assert not (tmp_path / "cache").exists(), "compute started before validation"
     assert not (tmp_path / "mlflow.db").exists(), "an MLflow run (or store) was made for a bad config"
+
+
+#: Runs pipeline/sweep.py as if ``diffrax`` were not installed: its import fails as a
+#: missing package's does (ModuleNotFoundError, "No module named 'diffrax'").
+_WITHOUT_DIFFRAX = """
+import runpy, sys
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "diffrax":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Missing())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_missing_dependency_is_named_with_what_to_do(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_DIFFRAX, str(ROOT / "pipeline" / "sweep.py"), "-m", "dt=0.005,0.02",
+         f"tracking_uri={uri}", f"cache_dir={tmp_path / 'cache'}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert proc.returncode != 0 and lines == [
+        "error: invalid config: method.impl='teng_eq.methods.teng:TENG': cannot import it: No module named "
+        "'diffrax' (pip install -e . installs the declared dependencies)"], proc.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "mlflow.db").exists()

@@ -18,7 +18,7 @@ from teng_eq.tracking import (
     sweep_jobs,
     tracked_run,
 )
-from teng_eq.tracking.store import process_tags
+from teng_eq.tracking.store import EXPERIMENT_KIND, ensure_experiment, process_tags
 from teng_eq.tracking.writer import Heartbeat
 
 
@@ -28,6 +28,19 @@ def _client(tmp_path):
 
 def test_flatten_nested_config():
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"}) == {"a.b": "1", "a.c": "[1, 2]", "d": "x"}
+
+
+def test_experiments_open_on_their_runs_in_the_ui(tmp_path):
+    """MLflow 3's UI opens an experiment on its GenAI overview unless the experiment's
+    ``mlflow.experimentKind`` tag says otherwise: ours are tagged when made, and one
+    made before (untagged) is tagged when a job next uses it."""
+    client = _client(tmp_path)
+    new = ensure_experiment(client, "new", tmp_path / "mlruns")
+    old = client.create_experiment("old")
+    assert ensure_experiment(client, "old", tmp_path / "mlruns") == old
+    for exp_id in (new, old):
+        assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert EXPERIMENT_KIND == {"mlflow.experimentKind": "custom_model_development"}
 
 
 def test_run_logs_curves_in_one_batch_and_finishes(tmp_path):

@@ -80,6 +80,12 @@ def spread(n: int, parts: int, first: int = 1) -> list[int]:
     return sorted({max(first, round(n * i / parts)) for i in range(first, parts + 1)})
 
 
+def step_position(rec: StepRecord) -> str:
+    """``step 6 of 20`` at a fixed Δt; ``step 6 (t=0.0247)`` where the controller
+    chooses the steps and their number is not known until the run ends."""
+    return f"step {rec.step} of {rec.of}" if rec.of else f"step {rec.step} (t={rec.t:.6g})"
+
+
 def config_hash(resolved: dict) -> str:
     """The numerics of a job's resolved config (bookkeeping keys aside), hashed:
     what a resumed or skipped job is matched on."""
@@ -223,7 +229,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
         run.spool = checkpoints.path.with_name(f"{run.run_id}.unlogged")  # beside the checkpoint
         run.params({**tracking.flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
         progress = Progress(opts.progress, name)
-        last = [None]  # the last step reported
+        last: list[StepRecord | None] = [None]  # the last step reported
 
         def on_step(rec):
             interrupts.defer()  # stepping: a signal now stops the run at the end of the step
@@ -233,7 +239,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
                 if rec.step == 1 or rec.step % 100 == 0 or rec.step % opts.checkpoint_every == 0:
                     run.flush()  # the run shows up in `mlflow ui` from the first step
             progress.step(rec)
-            last[0] = rec.step
+            last[0] = rec
             interrupts.check()
 
         try:
@@ -245,7 +251,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
                                     checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
                                     divergence_factor=opts.divergence_factor)
         except interrupts.Interrupted as stop:
-            stop.where = (f"after step {last[0]} of {run_cfg.n_steps} (saved)" if last[0] is not None
+            stop.where = (f"after {step_position(last[0])} (saved)" if last[0] is not None
                           else "before the first step")
             raise
         finally:

@@ -28,9 +28,18 @@ def import_impl(path: str, key: str) -> type:
         bad(key, path, "must name a class as 'package.module:Class'")
     module, _, name = path.partition(":")
     try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as err:
-        bad(key, path, f"cannot import it ({type(err).__name__})")
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        # The module itself (or a package above it) missing is a wrong name; a module
+        # it imports missing is a dependency that is not installed.
+        own = err.name is not None and (module == err.name or module.startswith(err.name + "."))
+        hint = "is it on the Python path?" if own else "pip install -e . installs the declared dependencies"
+        bad(key, path, f"cannot import it: {err} ({hint})")
+    except ImportError as err:
+        bad(key, path, f"cannot import it: {err}")
+    if not hasattr(imported, name):
+        bad(key, path, f"module {module} has no {name!r}")
+    return getattr(imported, name)
 
 
 def options_from(cls: type, mapping: Mapping, prefix: str):

@@ -260,7 +260,8 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
             snapshots[n] = (np.asarray(evaluate(state_from_bytes(data, state), history.times[n])),
                             reference_at(n))
         if log is not None:
-            log(f"resuming from the checkpoint after step {done}" + ("" if adaptive else f" of {steps}"))
+            log(f"resuming from the checkpoint after step {done}"
+                + (f" (t={history.times[done]:.6g})" if adaptive else f" of {steps}"))
     elif sequential:
         measure(0, state)
         if defect is not None:  # θ₀'s error against u₀, which is known: exact

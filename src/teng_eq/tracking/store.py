@@ -18,6 +18,7 @@ runs KILLED, so that no run stays RUNNING after its process died.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
@@ -104,6 +106,40 @@ def check_store(tracking_uri: str) -> None:
                 pass
         except (OSError, ValueError) as err:
             raise ValueError(f"tracking_uri={tracking_uri}: no MLflow server answers ({err})") from None
+        _check_credentials(tracking_uri)
+
+
+#: Where MLflow's client reads a server's credentials (it sends them on every call).
+CREDENTIALS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+TOKEN = "MLFLOW_TRACKING_TOKEN"
+
+
+def _check_credentials(tracking_uri: str) -> None:
+    """A server that asks for credentials (``mlflow server --app-name basic-auth``)
+    gets, before any compute, the ones MLflow's client will send: those of the
+    environment (:data:`CREDENTIALS`, or a bearer :data:`TOKEN`). ``/health`` answers
+    anyone; one search of the experiments tells whether the jobs will be let in."""
+    user, password, token = (os.environ.get(k) for k in (*CREDENTIALS, TOKEN))
+    request = urllib.request.Request(tracking_uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    elif user and password:
+        basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {basic}")
+    try:
+        with urllib.request.urlopen(request, timeout=30):
+            return
+    except urllib.error.HTTPError as err:
+        if err.code == 401 and not (token or (user and password)):
+            why = f"the server asks for credentials: set {CREDENTIALS[0]} and {CREDENTIALS[1]} in the environment"
+        elif err.code in (401, 403):
+            sent = f"{TOKEN}" if token else f"{CREDENTIALS[0]}={user}"
+            why = f"the server refuses the credentials of {sent} (HTTP {err.code})"
+        else:
+            return  # a server error is the retry loop's business; this check is about access
+    except (OSError, ValueError):
+        return  # it answered /health a moment ago: an outage is the retry loop's business
+    raise ValueError(f"tracking_uri={tracking_uri}: {why}")
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -196,19 +232,28 @@ def retrying(call: Callable[..., T], *args, budget_s: float, what: str,
             delay = min(2 * delay, BACKOFF_S[1])
 
 
+#: The experiment tag MLflow's UI (3.x) reads to choose an experiment's first page:
+#: without it, it opens on its GenAI overview ("Traces 0") instead of the runs.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None) -> str:
-    """The id of experiment ``name``, created (artifacts under ``artifact_root``) if new."""
+    """The id of experiment ``name``, created (artifacts under ``artifact_root``) if new,
+    tagged :data:`EXPERIMENT_KIND` (an experiment made before that tag existed gets it)."""
     import mlflow
 
     exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    location = None if artifact_root is None else (Path(artifact_root).resolve() / name).as_uri()
-    try:
-        return client.create_experiment(name, artifact_location=location)
-    except mlflow.exceptions.MlflowException:
-        # Another process created it between our lookup and create.
-        return client.get_experiment_by_name(name).experiment_id
+    if exp is None:
+        location = None if artifact_root is None else (Path(artifact_root).resolve() / name).as_uri()
+        try:
+            return client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_KIND)
+        except mlflow.exceptions.MlflowException:
+            # Another process created it between our lookup and create.
+            exp = client.get_experiment_by_name(name)
+    for key, value in EXPERIMENT_KIND.items():
+        if exp.tags.get(key) != value:
+            client.set_experiment_tag(exp.experiment_id, key, value)
+    return exp.experiment_id
 
 
 def all_experiment_ids(client: MlflowClient) -> list[str]:
