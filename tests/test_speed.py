@@ -97,7 +97,11 @@ def test_naive_step_is_the_same_step(problem):
     _, slow = jax.jit(naive(step).__call__)(p.theta0, key)
     assert fast.losses.shape == slow.losses.shape == (2, 4)  # 3 + 2 iterations, padded
     np.testing.assert_array_equal(np.isnan(fast.losses), np.isnan(slow.losses))
-    np.testing.assert_allclose(fast.losses[:, 0], slow.losses[:, 0], rtol=1e-6)  # each stage's start
+    # Each stage's start: the first is θ₀'s (the same arithmetic); the second follows
+    # three solves of the damped least squares by the two routes (Cholesky on the
+    # factored Jacobian, SVD on autodiff's), whose round-off differs: its loss, a
+    # residual ~1e-4 of |û|, agreed to 1.1e-6 relative on the 2-core CI machine.
+    np.testing.assert_allclose(fast.losses[:, 0], slow.losses[:, 0], rtol=2e-5, atol=0)
     # 64 of 8361 parameters per iteration: each iteration only partly closes the gap,
     # so the two stay within a small factor of each other.
     ratio = float(fast.metrics["step_loss"]) / float(slow.metrics["step_loss"])
