@@ -43,7 +43,7 @@ class Toy(Method):
 
     @classmethod
     def build(cls, options, problem, *, cache_dir=None, log=None):
-        return cls(steps=problem.steps, growth=options.growth, nan_at=options.nan_at, delay=options.delay)
+        return cls(n_steps=problem.n_steps, growth=options.growth, nan_at=options.nan_at, delay=options.delay)
 
     @classmethod
     def network_template(cls, options, problem):
@@ -59,7 +59,7 @@ class Toy(Method):
         if self.delay:
             jax.debug.callback(lambda: time.sleep(self.delay), ordered=True)
         loss = jnp.sum(a * a)
-        record = StepRecord(losses=jnp.stack([loss, loss])[None], lsq=jnp.full((1, 2), 0.5),
+        record = StepRecord(losses=jnp.stack([loss, loss])[None], inner=jnp.full((1, 2), 0.5),
                             metrics={"step_loss": loss})
         return {"a": a, "n": n}, record
 
@@ -95,7 +95,7 @@ class Decay(Method):
 
     @classmethod
     def build(cls, options, problem, *, cache_dir=None, log=None):
-        return cls(steps=problem.steps, constant=options.constant, delay=options.delay)
+        return cls(n_steps=problem.n_steps, constant=options.constant, delay=options.delay)
 
     @classmethod
     def network_template(cls, options, problem):
@@ -112,7 +112,7 @@ class Decay(Method):
         a = state * (1.0 - dt)
         if self.delay:
             jax.debug.callback(lambda: time.sleep(self.delay), ordered=True)
-        record = StepRecord(losses=jnp.zeros((1, 1)), lsq=jnp.zeros((1, 1)),
+        record = StepRecord(losses=jnp.zeros((1, 1)), inner=jnp.zeros((1, 1)),
                             metrics={"step_loss": jnp.zeros(()), "local_error": self.constant * dt**2,
                                      "u_l2": jnp.sqrt(jnp.sum(a * a))})
         return a, record

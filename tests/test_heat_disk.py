@@ -23,7 +23,7 @@ from teng_eq.integrators import HEUN, TENGStep
 from teng_eq.model import ParamSpace, TENGNet, parameter_count
 from teng_eq.reference import save_npz
 from teng_eq.reference.bessel import bessel_zero, disk_harmonics
-from teng_eq.stepper import StageLog, StageSolver
+from teng_eq.stage import StageLog, StageSolver
 
 # --- the disk: exact solution, quadrature ---------------------------------------------------
 

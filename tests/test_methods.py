@@ -28,7 +28,7 @@ from teng_eq.methods.tdvp import TDVP
 from teng_eq.model import ParamSpace
 from teng_eq.results import event_counts
 from teng_eq.simulation import build_method, run_simulation
-from teng_eq.stepper import StageSolver
+from teng_eq.stage import StageSolver
 
 NU = 0.1
 WAVES = np.array([[1, 0], [0, 1], [1, 1], [2, -1], [1, 2], [3, 0]])  # k, one per parameter
@@ -64,7 +64,7 @@ def fourier_problem(n=16):
 
 
 def _tdvp(space, c, quadrature, heat, solver="qr", dt=0.1, subsample=None):
-    return TDVP(steps=1, space=space, theta0=c, report=None, solver=StageSolver(space, quadrature, solver, 1e-7),
+    return TDVP(n_steps=1, space=space, theta0=c, report=None, solver=StageSolver(space, quadrature, solver, 1e-7),
                 equation=heat, tableau=RK4, dt=dt, subsample=subsample or len(WAVES))
 
 
@@ -130,7 +130,7 @@ def test_tdvp_step_is_classical_rk4_of_the_exact_flow():
 
 
 def _obti(cls, options, space, c, quadrature, equation, dt):
-    return cls(steps=1, space=space, theta0=c, report=None, points=quadrature.points, equation=equation,
+    return cls(n_steps=1, space=space, theta0=c, report=None, points=quadrature.points, equation=equation,
                weights=jnp.asarray(quadrature.weights), dt=dt, options=options)
 
 

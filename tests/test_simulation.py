@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from conftest import make_config
 
-from teng_eq.simulation import build_method, lower_step, run_simulation
+from teng_eq.driver import lower_step
+from teng_eq.simulation import build_method, run_simulation
 
 
 def small(*overrides):

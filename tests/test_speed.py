@@ -16,7 +16,7 @@ from conftest import make_config
 from teng_eq.benchmark import NaiveSolver, naive, solve_flops
 from teng_eq.integrators import HEUN, TENGStep
 from teng_eq.simulation import build_method, run_simulation
-from teng_eq.stepper import StageSolver
+from teng_eq.stage import StageSolver
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 

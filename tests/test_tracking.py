@@ -19,7 +19,7 @@ from teng_eq.tracking import (
     tracked_run,
 )
 from teng_eq.tracking.store import EXPERIMENT_KIND, ensure_experiment, process_tags
-from teng_eq.tracking.writer import Heartbeat
+from teng_eq.tracking.claims import Heartbeat
 
 
 def _client(tmp_path):

@@ -34,7 +34,7 @@ from teng_eq.equations import network_operator
 from teng_eq.grid import Quadrature, norm2
 from teng_eq.integrators import TENGStep
 from teng_eq.results import RESULTS
-from teng_eq.stepper import Factors, StageSolver, random_subset, residual
+from teng_eq.stage import Factors, StageSolver, random_subset, residual
 
 
 def solve_flops(solver: str, rows: int, cols: int) -> float:
@@ -66,7 +66,7 @@ class NaiveSolver(StageSolver):
     """The yardstick: the stage solver of ``base`` with the Jacobian of every parameter
     by per-sample reverse mode, a column gather, and an SVD ``lstsq``.
 
-    Its :class:`~teng_eq.stepper.Factors` hold that whole Jacobian (``Gt``, one
+    Its :class:`~teng_eq.stage.Factors` hold that whole Jacobian (``Gt``, one
     row per parameter; ``Ht`` unused), so the stage loop is the default one.
     """
 

@@ -60,8 +60,8 @@ def save_network(path: Path, network: eqx.Module) -> Path:
 @dataclasses.dataclass
 class History:
     """What the driver keeps of a run's steps 1..n, as a checkpoint holds it
-    (:func:`teng_eq.simulation.run_simulation`). A run whose steps the controller
-    chooses does not know their number: :meth:`reserve` grows the arrays."""
+    (:class:`teng_eq.driver.RunState`). A run whose steps the controller chooses does
+    not know their number: :meth:`reserve` grows the arrays."""
 
     err_sq: np.ndarray  # (n_times,) squared error norm at each time (sequential methods)
     ref_sq: np.ndarray  # (n_times,) squared reference norm
@@ -96,7 +96,7 @@ class History:
         self.metrics = {k: grow(v, steps, np.nan) for k, v in self.metrics.items()}
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The history as named arrays (a checkpoint's ``record``)."""
+        """The history as named arrays (a checkpoint's ``history``)."""
         rows = np.array([len(t) for t in self.tables], dtype=np.int64)
         out = {"err_sq": self.err_sq, "ref_sq": self.ref_sq, "boundary": self.boundary, "wall": self.wall,
                "times": self.times, "u_sq": self.u_sq, "est": self.est, "est_vector": self.est_vector,
@@ -120,9 +120,9 @@ class History:
             est_vector=a["est_vector"].copy(),
         )
 
-    def record(self, n: int, of: int, t: float | None) -> StepRecord:
-        """Step ``n`` as first reported (replayed after a resume); ``t`` None: a block
-        of a global-in-time method (no error measured yet)."""
+    def record(self, n: int, of: int | None, t: float | None) -> StepRecord:
+        """Step ``n`` of ``of`` (None: not known yet) as first reported (replayed after a
+        resume); ``t`` None: a block of a global-in-time method (no error measured yet)."""
         metrics = {k: float(v[n - 1]) for k, v in self.metrics.items()} if n > 0 else {}
         if t is not None:
             metrics["rel_l2"] = float(np.sqrt(self.err_sq[n] / self.ref_sq[n]))
@@ -138,12 +138,12 @@ class History:
 
 @dataclasses.dataclass
 class Checkpoint:
-    """A run after ``step`` steps: the method's ``state`` and the driver's ``record``
-    (named arrays: :meth:`History.arrays`) and ``info`` numbers."""
+    """A run after ``step`` steps: the method's ``state``, the driver's ``history`` (as
+    named arrays: :meth:`History.arrays`) and ``info`` numbers."""
 
     step: int
     state: PyTree
-    record: dict[str, np.ndarray]
+    history: dict[str, np.ndarray]
     info: dict[str, float]
 
 
@@ -165,12 +165,12 @@ class CheckpointStore:
         path = cache_dir(directory) / "checkpoints" / config_hash / f"{run_id}.npz"
         return cls(path, {"config_hash": config_hash, "run_id": run_id})
 
-    def save(self, step: int, state: PyTree, record: Mapping[str, np.ndarray],
+    def save(self, step: int, state: PyTree, history: Mapping[str, np.ndarray],
              info: Mapping[str, float]) -> None:
         """Replace the checkpoint by the one after ``step``; a file that cannot be
         written raises :class:`~teng_eq.errors.WriteFailed` and leaves the previous one."""
         start = time.perf_counter()
-        arrays = {f"record.{k}": np.asarray(v) for k, v in record.items()}
+        arrays = {f"record.{k}": np.asarray(v) for k, v in history.items()}
         arrays["state"] = state_bytes(state)
         arrays["info"] = np.array(json.dumps({"step": int(step), **{k: float(v) for k, v in info.items()}}))
         try:
@@ -190,7 +190,7 @@ class CheckpointStore:
             return None
         info = json.loads(str(arrays["info"]))
         step = int(info.pop("step"))
-        record = {k.removeprefix("record."): v for k, v in arrays.items() if k.startswith("record.")}
+        history = {k.removeprefix("record."): v for k, v in arrays.items() if k.startswith("record.")}
         try:
             state = state_from_bytes(arrays["state"], like)
         except (ValueError, TypeError, RuntimeError) as err:  # the state changed shape (code changed)
@@ -198,7 +198,7 @@ class CheckpointStore:
                          self.path, err)
             return None
         self.step = step
-        return Checkpoint(step=step, state=state, record=record, info=info)
+        return Checkpoint(step=step, state=state, history=history, info=info)
 
     def clear(self) -> None:
         """Delete the file (the run is FINISHED), and its folder once empty."""

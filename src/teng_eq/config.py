@@ -78,7 +78,7 @@ class RunConfig:
     @property
     def n_steps(self) -> int | None:
         """Steps of a fixed-Δt run; None with ``dt: auto`` (the controller decides)."""
-        return None if self.adaptive else self.problem.steps
+        return self.problem.n_steps
 
     @classmethod
     def from_mapping(cls, cfg: Mapping, rename: Callable[[str], str] | None = None) -> RunConfig:
@@ -96,17 +96,17 @@ class RunConfig:
     def _from_mapping(cls, cfg: Mapping) -> RunConfig:
         for group in ("equation", "method"):
             if not isinstance(cfg.get(group), Mapping):
-                bad(group, cfg.get(group), "must be a config group (a mapping)")
+                raise bad(group, cfg.get(group), "must be a config group (a mapping)")
         equation = build_equation(cfg["equation"])
         m = dict(cfg["method"])
         impl, name = m.pop("impl", None), m.pop("name", None)
         if not isinstance(name, str):
-            bad("method.name", name, "must be a string")
+            raise bad("method.name", name, "must be a string")
         options = options_from(import_impl(impl, "method.impl").Options, m, "method")
         kw = {}
         for key in cls.KEYS:
             if key not in cfg:
-                bad(key, None, "missing")
+                raise bad(key, None, "missing")
         kw["dt"] = None if cfg["dt"] == "auto" else typed(cfg["dt"], float, "dt")
         for key, kind in (("t_final", float), ("eval_grid", int), ("seed", int), ("estimate", str)):
             kw[key] = typed(cfg[key], kind, key)
@@ -119,24 +119,24 @@ class RunConfig:
         """Cross-key checks; the method's own (``Method.check``) come last."""
         one_of("estimate", self.estimate, KINDS)
         if self.estimate == "embedded" and not self.method.cls.error_order(self.method.options):
-            bad("estimate", self.estimate, f"method {self.method.name} has no embedded error estimate")
+            raise bad("estimate", self.estimate, f"method {self.method.name} has no embedded error estimate")
         if self.adaptive:
             if not self.t_final > 0:
-                bad("t_final", self.t_final, "must be > 0")
+                raise bad("t_final", self.t_final, "must be > 0")
             if not self.method.cls.error_order(self.method.options):
-                bad("dt", "auto", f"method {self.method.name} has no embedded error estimate for the "
+                raise bad("dt", "auto", f"method {self.method.name} has no embedded error estimate for the "
                     "step-size controller (TENG with integrator heun, bs3 or rk4 has)")
         else:
             if not self.dt > 0:
-                bad("dt", self.dt, "must be > 0 (or auto)")
+                raise bad("dt", self.dt, "must be > 0 (or auto)")
             if not self.t_final >= self.dt:
-                bad("t_final", self.t_final, f"must be >= dt={self.dt}")
+                raise bad("t_final", self.t_final, f"must be >= dt={self.dt}")
             if abs(self.n_steps * self.dt - self.t_final) > 1e-9 * self.t_final:
-                bad("t_final", self.t_final, f"must be a whole number of steps of dt={self.dt}")
+                raise bad("t_final", self.t_final, f"must be a whole number of steps of dt={self.dt}")
         if self.eval_grid < 8:
-            bad("eval_grid", self.eval_grid, "must be an integer >= 8")
+            raise bad("eval_grid", self.eval_grid, "must be an integer >= 8")
         if self.seed < 0:
-            bad("seed", self.seed, "must be an integer >= 0")
+            raise bad("seed", self.seed, "must be an integer >= 0")
         self.method.cls.check(self.method.options, self.problem, self.method.name)
 
 
@@ -166,12 +166,12 @@ class JobOptions:
 
     def validate(self, prefix: str) -> None:
         if not self.experiment_name.strip():
-            bad("experiment_name", self.experiment_name, "must be a non-empty name")
+            raise bad("experiment_name", self.experiment_name, "must be a non-empty name")
         at_least(prefix, self, 1, "checkpoint_every")
         if not self.divergence_factor > 1:
-            bad("divergence_factor", self.divergence_factor, "must be a number > 1")
+            raise bad("divergence_factor", self.divergence_factor, "must be a number > 1")
         if not self.store_retry_s >= 0:
-            bad("store_retry_s", self.store_retry_s, "must be a number of seconds >= 0")
+            raise bad("store_retry_s", self.store_retry_s, "must be a number of seconds >= 0")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> JobOptions:
@@ -183,4 +183,4 @@ def check_top_level(cfg: Mapping) -> None:
     known = {"equation", "method", *RunConfig.KEYS, *SHORTHANDS, *BOOKKEEPING}
     for key in cfg:
         if key not in known:
-            bad(key, cfg[key], "unknown key")
+            raise bad(key, cfg[key], "unknown key")

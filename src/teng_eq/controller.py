@@ -77,14 +77,14 @@ class Controller:
 
     def validate(self, prefix: str) -> None:
         if not (self.rtol >= 0 and self.atol >= 0 and self.rtol + self.atol > 0):
-            bad(f"{prefix}.rtol", self.rtol, f"rtol and atol must be >= 0, not both 0 (atol={self.atol})")
+            raise bad(f"{prefix}.rtol", self.rtol, f"rtol and atol must be >= 0, not both 0 (atol={self.atol})")
         if not 0 < self.dt_min <= self.dt_initial <= self.dt_max:
-            bad(f"{prefix}.dt_initial", self.dt_initial,
+            raise bad(f"{prefix}.dt_initial", self.dt_initial,
                 f"must satisfy 0 < dt_min={self.dt_min} <= dt_initial <= dt_max={self.dt_max}")
         if not 0 < self.safety <= 1:
-            bad(f"{prefix}.safety", self.safety, "must be in (0, 1]")
+            raise bad(f"{prefix}.safety", self.safety, "must be in (0, 1]")
         if self.outputs < 1:
-            bad(f"{prefix}.outputs", self.outputs, "must be an integer >= 1")
+            raise bad(f"{prefix}.outputs", self.outputs, "must be an integer >= 1")
 
     def stops(self, t_final: float, extra: Sequence[float] = ()) -> list[float]:
         """The times every run lands on: ``t_final·k/outputs`` (k = 1 … outputs) and the

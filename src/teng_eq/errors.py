@@ -19,9 +19,9 @@ class ConfigError(ValueError):
         return ConfigError(f"invalid config: {key}={self.value!r}: {self.why}", key, self.value, self.why)
 
 
-def bad(key: str, value, why: str):
-    """Raise the one-line :class:`ConfigError` for ``key=value``."""
-    raise ConfigError(f"invalid config: {key}={value!r}: {why}", key, value, why)
+def bad(key: str, value, why: str) -> ConfigError:
+    """The one-line :class:`ConfigError` for ``key=value``, to raise: ``raise bad(…)``."""
+    return ConfigError(f"invalid config: {key}={value!r}: {why}", key, value, why)
 
 
 class RunFailed(RuntimeError):

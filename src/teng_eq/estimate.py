@@ -43,11 +43,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, PyTree
 
 from teng_eq.equations import Equation, derivatives, operator
 from teng_eq.grid import Quadrature, norm2
@@ -156,3 +158,35 @@ class ErrorEstimate:
         else:  # embedded: the integrator's estimate, plus the projection error on held-out points
             self.error = growth * self.error + scalars["local_error"] + math.sqrt(max(scalars["holdout_loss"], 0.0))
         return self.error
+
+
+class CompiledEstimate:
+    """A run's :class:`Defect`, compiled once from the method's state (``parameters``:
+    its θ): the fields of a state (derivatives up to fourth order, evaluated once per
+    accepted step: a step's end is the next one's start, kept here), the local terms of
+    a step from the fields at both ends, and θ₀'s error against u₀."""
+
+    def __init__(self, defect: Defect, kind: str, parameters: Callable, state: PyTree):
+        def fields_of(s):
+            return defect.fields(parameters(s))
+
+        shapes = jax.eval_shape(fields_of, state)
+        self.kind, self.weights = kind, np.asarray(defect.weights)
+        self.fields = jax.jit(fields_of).lower(state).compile()
+        self.combine = jax.jit(lambda a, b, dt: defect.combine(a, b, dt)).lower(shapes, shapes, 0.0).compile()
+        self.initial = jax.jit(lambda s: defect.initial(parameters(s))).lower(state).compile()
+        self._end: tuple[int, object] = (-1, None)  # (step, fields of its end state)
+
+    def start(self, state) -> tuple[ErrorEstimate, float]:
+        """The estimate at t = 0, from θ₀'s error (exact: u₀ is known), and ‖û₀‖²."""
+        e0, norm0 = jax.device_get(self.initial(state))
+        return ErrorEstimate.start(self.kind, self.weights, e0), float(norm0) ** 2
+
+    def local(self, n: int, previous, state, dt: float) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Step n's local terms (:meth:`Defect.combine`), from ``previous`` to ``state``."""
+        step, start = self._end
+        if step != n - 1:
+            start = self.fields(previous)
+        self._end = (n, self.fields(state))
+        vectors, scalars = jax.device_get(self.combine(start, self._end[1], dt))
+        return vectors, {k: float(v) for k, v in scalars.items()}

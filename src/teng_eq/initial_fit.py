@@ -47,7 +47,7 @@ from teng_eq.grid import Quadrature, grid_points, norm2
 from teng_eq.lstsq import SOLVERS
 from teng_eq.model import ParamSpace, TENGNet
 from teng_eq.options import at_least, one_of
-from teng_eq.stepper import BestSoFar, Factors, StageSolver, random_subset
+from teng_eq.stage import BestSoFar, Factors, StageSolver, random_subset
 
 #: Iterations per jitted chunk of a fit stage: the unit of its ``patience`` and of its log.
 CHUNK = 25
@@ -83,10 +83,10 @@ class FitOptions:
 
     def validate(self, prefix: str) -> None:
         if self.grid is not None and self.grid < 8:
-            bad(f"{prefix}.grid", self.grid, "must be an integer >= 8, or null (the run's grid)")
+            raise bad(f"{prefix}.grid", self.grid, "must be an integer >= 8, or null (the run's grid)")
         for key in ("stage1_tol", "stage2_tol"):
             if not getattr(self, key) > 0:
-                bad(f"{prefix}.{key}", getattr(self, key), "must be > 0")
+                raise bad(f"{prefix}.{key}", getattr(self, key), "must be > 0")
         at_least(prefix, self, 1, "stage1_subsample", "stage1_max_iters", "stage1_patience", "stage2_subsample",
                  "stage2_max_iters", "stage2_patience", "polish_patience")
         at_least(prefix, self, 0, "stage2_polish_iters")
@@ -102,7 +102,7 @@ def check_least_squares(prefix: str, solver: str, damping: float) -> None:
     name = f"{prefix}." if prefix else ""
     one_of(f"{name}solver", solver, SOLVERS)
     if not 0 <= damping < 1:
-        bad(f"{name}damping", damping, "must be in [0, 1)")
+        raise bad(f"{name}damping", damping, "must be in [0, 1)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,7 +219,7 @@ def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Ar
         log: Callable[[object], None] | None = None, label: str = "fit", goal: float | None = None,
         give_up_if_stuck: bool = False):
     """Plain TENG iterations (Gauss–Newton on subsets, the solver's damping) towards
-    ``target``, keeping the best θ seen (:class:`~teng_eq.stepper.BestSoFar`).
+    ``target``, keeping the best θ seen (:class:`~teng_eq.stage.BestSoFar`).
     Returns ``(θ, loss)``; with ``give_up_if_stuck``, stops after the first chunk if
     no iterate of it was better than θ (then returns θ itself).
 
@@ -246,7 +246,7 @@ def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Ar
 
 def value_gradient_rows(solver: StageSolver):
     """``(θ, S) ↦ ∂(û, ∂₁û, …)/∂θ_S`` on the solver's nodes, one row per node and
-    derivative: the factored Jacobian's rows (:meth:`~teng_eq.stepper.StageSolver.rows`)
+    derivative: the factored Jacobian's rows (:meth:`~teng_eq.stage.StageSolver.rows`)
     and their x-derivatives by the product rule, from one JVP of the factors per
     direction."""
     points = solver.points
@@ -327,7 +327,7 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
     damping that makes progress: ``fit.damping`` first; where its first chunk of
     :data:`CHUNK` iterations leaves the loss where it started (the undamped steps
     overshoot into directions the subset Jacobian barely sees, and
-    :class:`~teng_eq.stepper.BestSoFar` keeps the start), again from the start at ten
+    :class:`~teng_eq.stage.BestSoFar` keeps the start), again from the start at ten
     times the damping, at most :data:`DAMPING_TRIES` tries. Less damping takes the
     loss further (docs/performance.md, "θ₀"), but how little a fit stands
     depends on the network's start (``init``) and the condition.

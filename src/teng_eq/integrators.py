@@ -23,7 +23,7 @@ Every target is built from ``û_t`` on the quadrature grid, except on the rows o
 a Dirichlet boundary (``boundary``), where it is the boundary value 0; the first
 fit of a step runs at most ``iters`` iterations (its first drawing
 ``subsample_first`` parameters), the later fits at most ``iters_later`` (exactly
-these under the ``fixed`` stopping policy of :mod:`teng_eq.stepper`).
+these under the ``fixed`` stopping policy of :mod:`teng_eq.stage`).
 
 **Held-out check** (:class:`Holdout`). A fit can match its target on the quadrature
 nodes and go wild between them (a network with more parameters than nodes can interpolate),
@@ -54,7 +54,7 @@ from teng_eq.equations import Equation, network_operator
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, norm2
 from teng_eq.results import StepRecord, stack_rows
-from teng_eq.stepper import StageSolver
+from teng_eq.stage import StageSolver
 
 
 def _order_conditions(A: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
@@ -224,9 +224,9 @@ class Holdout:
 
     def validate(self, prefix: str) -> None:
         if self.grid is not None and self.grid < 2:
-            bad(f"{prefix}.grid", self.grid, "must be an integer >= 2 (or null: automatic)")
+            raise bad(f"{prefix}.grid", self.grid, "must be an integer >= 2 (or null: automatic)")
         if not 1 < self.warn <= self.fail:
-            bad(f"{prefix}.warn", self.warn, f"must be > 1 and <= {prefix}.fail={self.fail}")
+            raise bad(f"{prefix}.warn", self.warn, f"must be > 1 and <= {prefix}.fail={self.fail}")
 
 
 class TENGStep(eqx.Module):
@@ -265,7 +265,7 @@ class TENGStep(eqx.Module):
     controller (:mod:`teng_eq.controller`) reads. Dirichlet boundary rows are left
     out of both (their target is the boundary value, not the PDE's). ``expected``:
     the step's expected local error, the stages' floor under the ``local_error``
-    stopping policy (:mod:`teng_eq.stepper`).
+    stopping policy (:mod:`teng_eq.stage`).
     """
 
     tableau: ButcherTableau
@@ -343,7 +343,7 @@ class TENGStep(eqx.Module):
         events = jax.tree_util.tree_map(lambda *counts: sum(counts), *(log.events for log in logs))
         return theta, StepRecord(
             losses=stack_rows([log.loss for log in logs], width),
-            lsq=stack_rows([jnp.concatenate([log.lsq, jnp.full(1, jnp.nan)]) for log in logs], width),
+            inner=stack_rows([jnp.concatenate([log.lsq, jnp.full(1, jnp.nan)]) for log in logs], width),
             metrics={"step_loss": loss, "holdout_loss": holdout_loss, "holdout_ratio": ratio,
                      "iterations": sum(log.iterations for log in logs), **events, **embedded},
         )

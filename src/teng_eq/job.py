@@ -10,7 +10,7 @@ SIGINT, submitit's preemption) ends it at the end of the current step with that
 step checkpointed, its run KILLED, and the exit status 128 + the signal's number
 (:mod:`teng_eq.interrupts`); a checkpoint or artifact that cannot be written
 ends it FAILED (:class:`~teng_eq.errors.WriteFailed`); a store that goes away is
-the tracking writer's business (:mod:`teng_eq.tracking.writer`)."""
+the tracking writer's business (:mod:`teng_eq.tracking.writer`, :mod:`teng_eq.tracking.logger`)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def spread(n: int, parts: int, first: int = 1) -> list[int]:
 def step_position(rec: StepRecord) -> str:
     """``step 6 of 20`` at a fixed Δt; ``step 6 (t=0.0247)`` where the controller
     chooses the steps and their number is not known until the run ends."""
-    return f"step {rec.step} of {rec.of}" if rec.of else f"step {rec.step} (t={rec.t:.6g})"
+    return f"step {rec.step} of {rec.of}" if rec.of is not None else f"step {rec.step} (t={rec.t:.6g})"
 
 
 def config_hash(resolved: dict) -> str:
@@ -103,6 +103,7 @@ class Progress:
         self._fit: tqdm | None = None
         self._fit_stage: str | None = None
         self.steps: tqdm | None = None
+        self.last: StepRecord | None = None  # the last step reported
 
     def log(self, message) -> None:
         """The library's ``log`` callback."""
@@ -132,13 +133,14 @@ class Progress:
             self._fit, self._fit_stage = None, None
 
     def step(self, rec: StepRecord) -> None:
+        self.last = rec
         if not self.enabled:
             return
         self._fit_close()
         if self.steps is None:
-            self.steps = tqdm(total=rec.of or None, desc=self.name, unit="step", file=sys.stderr, dynamic_ncols=True)
+            self.steps = tqdm(total=rec.of, desc=self.name, unit="step", file=sys.stderr, dynamic_ncols=True)
         if rec.step == 1:
-            self.steps.reset(total=rec.of or None)  # the rate counts steps, not compilation (None: adaptive)
+            self.steps.reset(total=rec.of)  # the rate counts steps, not compilation (None: dt=auto)
         if rec.step > 0:
             shown = {k: rec.metrics[k] for k in ("t", "dt", "rel_l2", "est_rel_l2", "step_loss")
                      if k in rec.metrics}
@@ -229,7 +231,6 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
         run.spool = checkpoints.path.with_name(f"{run.run_id}.unlogged")  # beside the checkpoint
         run.params({**tracking.flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
         progress = Progress(opts.progress, name)
-        last: list[StepRecord | None] = [None]  # the last step reported
 
         def on_step(rec):
             interrupts.defer()  # stepping: a signal now stops the run at the end of the step
@@ -239,7 +240,6 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
                 if rec.step == 1 or rec.step % 100 == 0 or rec.step % opts.checkpoint_every == 0:
                     run.flush()  # the run shows up in `mlflow ui` from the first step
             progress.step(rec)
-            last[0] = rec
             interrupts.check()
 
         try:
@@ -251,7 +251,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
                                     checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
                                     divergence_factor=opts.divergence_factor)
         except interrupts.Interrupted as stop:
-            stop.where = (f"after {step_position(last[0])} (saved)" if last[0] is not None
+            stop.where = (f"after {step_position(progress.last)} (saved)" if progress.last is not None
                           else "before the first step")
             raise
         finally:

@@ -71,7 +71,7 @@ class NetworkConfig:
     def validate(self, prefix: str = "network", resolved: bool = False) -> None:
         at_least(prefix, self, 1, "features", "width")
         if self.depth < 3:
-            bad(f"{prefix}.depth", self.depth, "must be >= 3 (embedding, hidden, output)")
+            raise bad(f"{prefix}.depth", self.depth, "must be >= 3 (embedding, hidden, output)")
         one_of(f"{prefix}.embedding_activation", self.embedding_activation, EMBEDDING_ACTIVATIONS)
         one_of(f"{prefix}.init", self.init, INITS if resolved else ("auto", *INITS))
 
@@ -252,7 +252,7 @@ class ParamSpace(eqx.Module):
     """A network seen as a function of one flat parameter vector θ.
 
     ``eqx.partition`` splits the trainable arrays from the static rest;
-    ``ravel_pytree`` flattens them. All integrators and the stepper work on θ.
+    ``ravel_pytree`` flattens them. All integrators and the stage solver work on θ.
     """
 
     static: TENGNet = eqx.field(static=True)

@@ -25,7 +25,7 @@ BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progre
 def import_impl(path: str, key: str) -> type:
     """The class ``module:Class`` named by config key ``key`` (e.g. ``method.impl``)."""
     if not isinstance(path, str) or ":" not in path:
-        bad(key, path, "must name a class as 'package.module:Class'")
+        raise bad(key, path, "must name a class as 'package.module:Class'")
     module, _, name = path.partition(":")
     try:
         imported = importlib.import_module(module)
@@ -34,11 +34,11 @@ def import_impl(path: str, key: str) -> type:
         # it imports missing is a dependency that is not installed.
         own = err.name is not None and (module == err.name or module.startswith(err.name + "."))
         hint = "is it on the Python path?" if own else "pip install -e . installs the declared dependencies"
-        bad(key, path, f"cannot import it: {err} ({hint})")
+        raise bad(key, path, f"cannot import it: {err} ({hint})")
     except ImportError as err:
-        bad(key, path, f"cannot import it: {err}")
+        raise bad(key, path, f"cannot import it: {err}")
     if not hasattr(imported, name):
-        bad(key, path, f"module {module} has no {name!r}")
+        raise bad(key, path, f"module {module} has no {name!r}")
     return getattr(imported, name)
 
 
@@ -49,7 +49,7 @@ def options_from(cls: type, mapping: Mapping, prefix: str):
     from its sub-mapping the same way; ``cls.validate(prefix)`` (if any) checks
     the values."""
     if not isinstance(mapping, Mapping):
-        bad(prefix, mapping, "must be a config group (a mapping)")
+        raise bad(prefix, mapping, "must be a config group (a mapping)")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = typing.get_type_hints(cls)
 
@@ -58,12 +58,12 @@ def options_from(cls: type, mapping: Mapping, prefix: str):
 
     for key in mapping:
         if key not in fields:
-            bad(named(key), mapping[key], f"unknown key; known: {sorted(fields)}")
+            raise bad(named(key), mapping[key], f"unknown key; known: {sorted(fields)}")
     kw = {}
     for name, field in fields.items():
         if name not in mapping:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                bad(named(name), None, "missing")
+                raise bad(named(name), None, "missing")
             continue
         kw[name] = typed(mapping[name], hints[name], named(name))
     obj = cls(**kw)
@@ -82,27 +82,27 @@ def typed(value, tp, key: str):
     if value is None:
         if optional:
             return None
-        bad(key, value, f"must be {getattr(tp, '__name__', tp)}")
+        raise bad(key, value, f"must be {getattr(tp, '__name__', tp)}")
     if dataclasses.is_dataclass(tp):
         return options_from(tp, value, key)
     if tp is bool:
         if not isinstance(value, bool):
-            bad(key, value, "must be true or false")
+            raise bad(key, value, "must be true or false")
     elif tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            bad(key, value, "must be an integer")
+            raise bad(key, value, "must be an integer")
     elif tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            bad(key, value, "must be a number")
+            raise bad(key, value, "must be a number")
         value = float(value)
     elif tp is str:
         if not isinstance(value, str):
-            bad(key, value, "must be a string")
+            raise bad(key, value, "must be a string")
     elif typing.get_origin(tp) is tuple:
         if not isinstance(value, (list, tuple)) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
         ):
-            bad(key, value, "must be a list of numbers")
+            raise bad(key, value, "must be a list of numbers")
         value = tuple(float(v) for v in value)
     return value
 
@@ -112,11 +112,11 @@ def at_least(prefix: str, obj, minimum, *keys: str) -> None:
     for key in keys:
         value = getattr(obj, key)
         if value < minimum:
-            bad(f"{prefix}.{key}" if prefix else key, value,
+            raise bad(f"{prefix}.{key}" if prefix else key, value,
                 f"must be {'an integer ' if isinstance(minimum, int) else ''}>= {minimum}")
 
 
 def one_of(key: str, value, choices) -> None:
     """``value`` is one of ``choices`` (the message lists them)."""
     if value not in choices:
-        bad(key, value, f"unknown, choose one of {list(choices)}")
+        raise bad(key, value, f"unknown, choose one of {list(choices)}")

@@ -111,7 +111,7 @@ def check_used(cfg: DictConfig, overrides: Iterable[str]) -> None:
         key, _, value = item.partition("=")
         top = key.lstrip("+~").split(".")[0]
         if top in SHORTHANDS and top not in used:
-            bad(key.lstrip("+~"), value, f"method {cfg.method.name} does not use it")
+            raise bad(key.lstrip("+~"), value, f"method {cfg.method.name} does not use it")
 
 
 def _check_writable_folder(key: str, path) -> None:
@@ -120,7 +120,7 @@ def _check_writable_folder(key: str, path) -> None:
     whoever the user is (as root ``os.access`` passes every folder, ``/proc`` too)."""
     why = probe_folder(path)
     if why is not None:
-        bad(key, str(path), why)
+        raise bad(key, str(path), why)
 
 
 #: The config groups of ``conf/config.yaml``'s defaults list.

@@ -104,5 +104,5 @@ def check_memory(cfg: RunConfig, available: int | None = None,
     top = found[0]
     also = f" (≈ {size(total)} with the rest)" if total > 1.05 * top.nbytes else ""
     key = rename(top.key) if rename is not None else top.key
-    bad(key, top.value, f"{top.what} needs ≈ {size(top.nbytes)}{also}, more than this machine's "
+    raise bad(key, top.value, f"{top.what} needs ≈ {size(top.nbytes)}{also}, more than this machine's "
                         f"{size(available)} of memory")

@@ -36,7 +36,7 @@ class StepRecord(eqx.Module):
 
     ``losses[s, i]`` is the loss of stage (or block) ``s`` before its iteration
     ``i``, and the last finite entry of a row the loss after its last iteration;
-    ``lsq[s, i]`` is what iteration ``i`` measured of its own subproblem (the
+    ``inner[s, i]`` is what iteration ``i`` measured of its own subproblem (the
     method's :attr:`~teng_eq.methods.base.Method.inner_measure`: TENG's
     least-squares residual, an optimiser's gradient norm). Rows are padded
     with NaN past their end.
@@ -46,30 +46,31 @@ class StepRecord(eqx.Module):
     :data:`EVENTS`), and on the host the driver's (``rel_l2`` where measured,
     ``wall_time_s``, …). ``step`` n of a sequential method is at time ``t``
     (step 0: the start, with the error metrics only); a global-in-time method's
-    steps are blocks of its optimisation (``t`` is None). ``of``: the run's steps.
+    steps are blocks of its optimisation (``t`` is None). ``of``: the run's steps (None:
+    not known yet, under ``dt: auto``).
     """
 
     losses: Float[Array, "stages rows"]
-    lsq: Float[Array, "stages rows"]
+    inner: Float[Array, "stages rows"]
     metrics: dict[str, Array]
     step: int = eqx.field(static=True, default=0)
-    of: int = eqx.field(static=True, default=0)
+    of: int | None = eqx.field(static=True, default=None)
     t: float | None = eqx.field(static=True, default=None)
 
     def table(self) -> np.ndarray:
-        """The loss table as rows ``(stage, iteration, loss, lsq)``, padding dropped."""
-        losses, lsq = np.asarray(self.losses), np.asarray(self.lsq)
+        """The loss table as rows ``(stage, iteration, loss, inner)``, padding dropped."""
+        losses, inner = np.asarray(self.losses), np.asarray(self.inner)
         stage, it = np.nonzero(~np.isnan(losses))
-        return np.column_stack([stage, it, losses[stage, it], lsq[stage, it]]).astype(np.float64)
+        return np.column_stack([stage, it, losses[stage, it], inner[stage, it]]).astype(np.float64)
 
     @classmethod
     def from_table(cls, table: np.ndarray, metrics: dict[str, float], **where) -> StepRecord:
         """The record whose :meth:`table` is ``table`` (a step replayed from a checkpoint)."""
         stage, it = table[:, 0].astype(int), table[:, 1].astype(int)
         shape = (stage.max() + 1, it.max() + 1) if len(table) else (0, 0)
-        losses, lsq = np.full(shape, np.nan), np.full(shape, np.nan)
-        losses[stage, it], lsq[stage, it] = table[:, 2], table[:, 3]
-        return cls(losses=losses, lsq=lsq, metrics=metrics, **where)
+        losses, inner = np.full(shape, np.nan), np.full(shape, np.nan)
+        losses[stage, it], inner[stage, it] = table[:, 2], table[:, 3]
+        return cls(losses=losses, inner=inner, metrics=metrics, **where)
 
     def at(self, **where) -> StepRecord:
         """This record with ``step``, ``of``, ``t``, ``metrics`` replaced."""

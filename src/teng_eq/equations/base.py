@@ -68,7 +68,7 @@ class Equation(eqx.Module):
     def validate(self, prefix: str) -> None:
         """Value checks of :meth:`from_config` (extended by subclasses)."""
         if not self.nu > 0:
-            bad(f"{prefix}.nu", self.nu, "must be a number > 0")
+            raise bad(f"{prefix}.nu", self.nu, "must be a number > 0")
         one_of(f"{prefix}.initial_condition", self.initial_condition, sorted(self.initial_conditions))
 
     # --- domain ---------------------------------------------------------------------
@@ -155,7 +155,7 @@ def build_equation(group: Mapping, key: str = "equation") -> Equation:
     """The equation of a composed ``equation`` group: its ``impl`` class built from
     the other keys (:data:`GROUP_KEYS` aside)."""
     if not isinstance(group, Mapping):
-        bad(key, group, "must be a config group (a mapping)")
+        raise bad(key, group, "must be a config group (a mapping)")
     fields = {k: v for k, v in group.items() if k not in GROUP_KEYS}
     return import_impl(group.get("impl"), f"{key}.impl").from_config(fields)
 

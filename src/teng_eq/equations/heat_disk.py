@@ -86,7 +86,7 @@ class HeatDisk(Equation):
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         if not self.boundary_weight > 0:
-            bad(f"{prefix}.boundary_weight", self.boundary_weight, "must be a number > 0")
+            raise bad(f"{prefix}.boundary_weight", self.boundary_weight, "must be a number > 0")
 
     @property
     def periods(self) -> None:

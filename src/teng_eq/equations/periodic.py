@@ -27,7 +27,7 @@ class PeriodicBox(Equation):
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         if len(self.lengths) != self.dim or not all(v > 0 for v in self.lengths):
-            bad(f"{prefix}.lengths", list(self.lengths), f"must be {self.dim} numbers > 0, one per dimension")
+            raise bad(f"{prefix}.lengths", list(self.lengths), f"must be {self.dim} numbers > 0, one per dimension")
 
     @property
     def periods(self) -> tuple[float, ...]:

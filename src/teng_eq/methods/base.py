@@ -8,7 +8,7 @@ method receives only the settings it uses, as plain values, and the :class:`Prob
 * ``cls.check(options, problem, name)`` refuses what it cannot run; then
   ``method = cls.build(options, problem, cache_dir=…, log=…)``;
 * ``state = method.init()``: its whole state, a pytree of arrays (checkpointed as is);
-* ``state, record = method.step(state, key)``, ``method.steps`` times, compiled once:
+* ``state, record = method.step(state, key)``, ``method.n_steps`` times, compiled once:
   a *sequential* method advances one Δt, a global-in-time one (``sequential = False``,
   a PINN) runs one block of its optimisation; ``record``: a :class:`~teng_eq.results.StepRecord`;
   a method with an embedded error estimate (``cls.error_order(options) > 0``) also steps
@@ -53,9 +53,9 @@ class Problem:
     seed: int
 
     @property
-    def steps(self) -> int:
-        """Steps of a fixed Δt; 0 when the controller chooses them."""
-        return 0 if self.dt is None else round(self.t_final / self.dt)
+    def n_steps(self) -> int | None:
+        """Steps of a fixed Δt; None when the controller chooses them (not known yet)."""
+        return None if self.dt is None else round(self.t_final / self.dt)
 
 
 class Method(eqx.Module):
@@ -63,14 +63,16 @@ class Method(eqx.Module):
 
     #: Steps are time steps (True) or blocks of a global-in-time optimisation (False).
     sequential: ClassVar[bool] = True
-    #: What the last column of the loss table (``StepRecord.lsq``) holds, per iteration.
+    #: What the last column of the loss table (``StepRecord.inner``) holds, per iteration.
     inner_measure: ClassVar[str] = "lsq"
 
     @dataclasses.dataclass(frozen=True)
     class Options:
         """The method's own config keys (the rest of its yaml); none by default."""
 
-    steps: int = eqx.field(static=True)
+    #: The run's method steps (time steps, or a global-in-time method's blocks); None when
+    #: the controller chooses them (not known until the run ends).
+    n_steps: int | None = eqx.field(static=True)
 
     @classmethod
     def check(cls, options, problem: Problem, name: str) -> None:
@@ -147,7 +149,7 @@ def require_periodic_domain(problem: Problem, name: str) -> None:
     """One-line :class:`~teng_eq.errors.ConfigError` where the equation's domain has a
     boundary: the baselines fit the PDE alone, with no boundary rows (TENG has them)."""
     if problem.equation.periods is None:
-        bad("equation", problem.equation.name, f"method {name} needs a periodic domain (it has no boundary term)")
+        raise bad("equation", problem.equation.name, f"method {name} needs a periodic domain (it has no boundary term)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +163,7 @@ class ThetaOptions:
 
     def validate(self, prefix: str) -> None:
         if self.grid < 8:
-            bad(f"{prefix}.grid", self.grid, "must be an integer >= 8")
+            raise bad(f"{prefix}.grid", self.grid, "must be an integer >= 8")
 
 
 class ThetaMethod(Method):
@@ -182,7 +184,7 @@ class ThetaMethod(Method):
         eq = problem.equation
         n = parameter_count(options.network, eq.dim, eq.periods)
         if not 1 <= value <= n:
-            bad(key, value, f"must be an integer in [1, {n}] (the parameter count)")
+            raise bad(key, value, f"must be an integer in [1, {n}] (the parameter count)")
 
     @classmethod
     def step_jacobians(cls, options, problem: Problem) -> dict[str, int]:
@@ -226,7 +228,7 @@ class ThetaMethod(Method):
         theta0, report = cached_initial_parameters(net, eq.u0, eq.quadrature(fit_grid), key=key, fit=options.fit,
                                                    description=description, directory=cache_dir, log=log)
         space = ParamSpace(net)
-        return cls(steps=problem.steps, space=space, theta0=theta0, report=report,
+        return cls(n_steps=problem.n_steps, space=space, theta0=theta0, report=report,
                    **cls.parts(options, problem, space, eq.quadrature(options.grid)))
 
     @classmethod

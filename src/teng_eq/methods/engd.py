@@ -47,14 +47,14 @@ class PINNENGD(PINN):
         def validate(self, prefix: str) -> None:
             PINN.Options.validate(self, prefix)
             if self.line_search < 1:
-                bad(f"{prefix}.line_search", self.line_search, "must be an integer >= 1")
+                raise bad(f"{prefix}.line_search", self.line_search, "must be an integer >= 1")
             check_least_squares(prefix, self.solver, self.damping)
 
     @classmethod
     def check(cls, options, problem: Problem, name: str) -> None:
         super().check(options, problem, name)
         if not problem.equation.linear:
-            bad("equation", problem.equation.name,
+            raise bad("equation", problem.equation.name,
                 f"method {name} runs only linear equations (the paper's heat equations)")
 
     def direction(self, theta: Float[Array, " params"]) -> tuple[Float[Array, " params"], Float[Array, ""]]:

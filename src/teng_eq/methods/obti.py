@@ -42,7 +42,7 @@ class OBTI(ThetaMethod):
     """Euler OBTI with the optimiser of :meth:`optimizer` (a subclass's choice).
 
     Per step: ``losses[0, i]`` is the loss before iteration i and ``losses[0, -1]``
-    the loss after the last one (``step_loss``); ``lsq[0, i]`` is ``‖∇L‖₂``
+    the loss after the last one (``step_loss``); ``inner[0, i]`` is ``‖∇L‖₂``
     before iteration i.
     """
 
@@ -101,7 +101,7 @@ class OBTI(ThetaMethod):
         self, state: Float[Array, " params"], key: PRNGKeyArray
     ) -> tuple[Float[Array, " params"], StepRecord]:
         theta, losses, gnorms = self.fit(state, self.target(state))
-        return theta, StepRecord(losses=losses[None], lsq=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
+        return theta, StepRecord(losses=losses[None], inner=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
                                  metrics={"step_loss": losses[-1]})
 
 
@@ -120,9 +120,9 @@ class OBTIAdam(OBTI):
             ThetaOptions.validate(self, prefix)
             at_least(prefix, self, 1, "iterations")
             if not self.learning_rate > 0:
-                bad(f"{prefix}.learning_rate", self.learning_rate, "must be > 0")
+                raise bad(f"{prefix}.learning_rate", self.learning_rate, "must be > 0")
             if not 0 < self.decay <= 1:
-                bad(f"{prefix}.decay", self.decay, "must be in (0, 1]")
+                raise bad(f"{prefix}.decay", self.decay, "must be in (0, 1]")
 
     def optimizer(self):
         opts = self.options

@@ -108,7 +108,7 @@ class PINN(Method):
             at_least(prefix, self, 1, "features", "width", "layers", "collocation", "initial", "iterations",
                      "block")
             if self.iterations % self.block:
-                bad(f"{prefix}.iterations", self.iterations,
+                raise bad(f"{prefix}.iterations", self.iterations,
                     f"must be a whole number of blocks of {prefix}.block={self.block}")
 
     space: ParamSpace
@@ -142,7 +142,7 @@ class PINN(Method):
         interior = jnp.asarray(halton.random(options.collocation) * scale)
         quadrature = equation.quadrature(options.initial)
         points = quadrature.points
-        return cls(steps=options.iterations // options.block, space=space, equation=equation,
+        return cls(n_steps=options.iterations // options.block, space=space, equation=equation,
                    theta_init=space.flatten(net), interior=interior,
                    interior_weight=float(np.prod(scale)) / options.collocation, initial=points,
                    initial_weights=jnp.asarray(quadrature.weights), u0=jax.vmap(equation.u0)(points),
@@ -190,7 +190,7 @@ class PINN(Method):
         return None
 
     def iteration(self, state: PINNState) -> tuple[PINNState, Float[Array, ""]]:
-        """One optimiser iteration: the new state and what it measured (``lsq``)."""
+        """One optimiser iteration: the new state and what it measured (``inner``)."""
         raise NotImplementedError
 
     def init(self) -> PINNState:
@@ -204,8 +204,8 @@ class PINN(Method):
 
         state, (before, measured) = jax.lax.scan(body, state, length=self.options.block)
         losses = jnp.concatenate([before, state.loss[None]])
-        lsq = jnp.concatenate([measured, jnp.full(1, jnp.nan)])
-        return state, StepRecord(losses=losses[None], lsq=lsq[None], metrics={"step_loss": state.loss})
+        inner = jnp.concatenate([measured, jnp.full(1, jnp.nan)])
+        return state, StepRecord(losses=losses[None], inner=inner[None], metrics={"step_loss": state.loss})
 
     def values(self, state: PINNState, points: Float[Array, "n dim"], t) -> Float[Array, " n"]:
         times = jnp.full((points.shape[0], 1), t, dtype=points.dtype)
@@ -219,7 +219,7 @@ class PINNBFGS(PINN):
     """PINN trained by BFGS (``optimistix.BFGS``: dense inverse-Hessian approximation,
     backtracking Armijo line search). One iteration is one optimistix step: one
     evaluation of L and ∇L at a trial point, accepted or (line search) halved.
-    (The first step only evaluates L and ∇L at θ₀.) ``lsq`` records ``‖∇L‖₂`` at
+    (The first step only evaluates L and ∇L at θ₀.) ``inner`` records ``‖∇L‖₂`` at
     the iterate after the iteration. Tolerances are zero: it runs
     its full ``iterations`` unless an iterate repeats exactly (then it stops moving).
 

@@ -30,7 +30,7 @@ from teng_eq.initial_fit import check_least_squares
 from teng_eq.integrators import RK4, ButcherTableau, explicit_rk
 from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions, require_periodic_domain
 from teng_eq.results import RESULTS, StepRecord, event_counts
-from teng_eq.stepper import StageSolver, random_subset
+from teng_eq.stage import StageSolver, random_subset
 
 
 class TDVP(ThetaMethod):
@@ -98,7 +98,7 @@ class TDVP(ThetaMethod):
         theta = explicit_rk(self.tableau, self.dt, state, slope(0, state), slope)
         rho = jnp.stack(rho)
         return theta, StepRecord(
-            losses=(self.dt**2 * rho)[:, None], lsq=rho[:, None],
+            losses=(self.dt**2 * rho)[:, None], inner=rho[:, None],
             metrics={"step_loss": self.dt**2 * jnp.dot(jnp.asarray(self.tableau.b), rho),
                      **jax.tree_util.tree_map(lambda *c: sum(c), *events)},
         )

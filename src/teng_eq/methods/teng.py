@@ -1,6 +1,6 @@
 """TENG as a :class:`~teng_eq.methods.base.Method`: each time step is a TENG
 integrator step (:class:`teng_eq.integrators.TENGStep`), every stage a fit by
-repeated projected least squares (:class:`teng_eq.stepper.StageSolver`).
+repeated projected least squares (:class:`teng_eq.stage.StageSolver`).
 
 Per-step metrics: ``step_loss`` (the final fit's loss on the quadrature nodes),
 ``holdout_loss`` and ``holdout_ratio`` (the same fit on held-out points, see
@@ -22,7 +22,7 @@ from teng_eq.integrators import TABLEAUS, Holdout, TENGStep
 from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions
 from teng_eq.options import at_least, one_of
 from teng_eq.results import StepRecord
-from teng_eq.stepper import StageSolver, Stopping
+from teng_eq.stage import StageSolver, Stopping
 
 #: Where a stage's fit starts (:class:`teng_eq.integrators.TENGStep`).
 WARM_STARTS = ("previous", "extrapolate")
@@ -67,16 +67,16 @@ class TENG(ThetaMethod):
             one_of(f"{prefix}.integrator", self.integrator, sorted(TABLEAUS))
             one_of(f"{prefix}.warm_start", self.warm_start, WARM_STARTS)
             if not 0.0 <= self.warm_rate <= 1.0:
-                bad(f"{prefix}.warm_rate", self.warm_rate, "must be in [0, 1]")
+                raise bad(f"{prefix}.warm_rate", self.warm_rate, "must be in [0, 1]")
             at_least(prefix, self, 1, "iters", "iters_later")
             check_least_squares(prefix, self.solver, self.damping)
             if self.holdout.grid is not None and self.grid % self.holdout.grid:
-                bad(f"{prefix}.holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
+                raise bad(f"{prefix}.holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
             if self.stopping.policy == "local_error" and not TABLEAUS[self.integrator].error_order:
-                bad(f"{prefix}.stopping.policy", self.stopping.policy,
+                raise bad(f"{prefix}.stopping.policy", self.stopping.policy,
                     f"needs an embedded error estimate, which integrator {self.integrator} has not")
             if self.stopping.min_iters > min(self.iters, self.iters_later):
-                bad(f"{prefix}.stopping.min_iters", self.stopping.min_iters,
+                raise bad(f"{prefix}.stopping.min_iters", self.stopping.min_iters,
                     f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
 
     advance: TENGStep
@@ -125,7 +125,7 @@ class TENG(ThetaMethod):
         theta, record = self.advance(state.theta, key, dt, expected, rate=state.rate)
         h = self.advance.dt if dt is None else dt
         # Times 1/h, not over h: XLA compiles a division by a constant Δt so, and Δt is an
-        # argument of the compiled step (teng_eq.simulation.lower_step) since fixed-Δt runs
+        # argument of the compiled step (teng_eq.driver.lower_step) since fixed-Δt runs
         # had it as a constant: written this way their results stayed the same bit for bit.
         return Extrapolating(theta, (theta - state.theta) * (1.0 / h)), record
 

@@ -3,9 +3,12 @@ on first use, never at import).
 
 * :mod:`~teng_eq.tracking.store`: where the store is, whether it answers,
   experiments, liveness of RUNNING runs (heartbeats) and reaping stale ones;
-* :mod:`~teng_eq.tracking.writer`: a job's run — batched writes in the
-  background that wait out a store that goes away, resume of an unfinished run
-  of the same configuration, FINISHED / FAILED / KILLED;
+* :mod:`~teng_eq.tracking.claims`: which run a job writes — a new one, its
+  configuration's unfinished run resumed, or none (finished) — decided under a lock;
+* :mod:`~teng_eq.tracking.writer`: batched writes in the background that wait out a
+  store that goes away;
+* :mod:`~teng_eq.tracking.logger`: a job's run — opened in the background, its
+  metrics and artifacts, ended FINISHED / FAILED / KILLED;
 * :mod:`~teng_eq.tracking.unlogged`: what a run could not log (its store never
   came back), kept on disk, and the command that logs it later;
 * :mod:`~teng_eq.tracking.sweep`: the Hydra callback that makes a multirun one
@@ -36,7 +39,8 @@ from teng_eq.tracking.store import (
     reap_stale,
 )
 from teng_eq.tracking.sweep import PARENT_RUN_ENV, SweepCallback, sweep_hash, sweep_jobs
-from teng_eq.tracking.writer import RunInProgress, RunLogger, claim_lock, tracked_run
+from teng_eq.tracking.claims import RunInProgress, claim_lock
+from teng_eq.tracking.logger import RunLogger, tracked_run
 
 __all__ = [
     "PARENT_RUN_ENV", "RunInProgress", "RunLogger", "SelectionError", "StoreUnavailable", "SweepCallback",

@@ -8,8 +8,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from teng_eq.tracking.claims import REUSED_TAG
+from teng_eq.tracking.logger import tracked_run
 from teng_eq.tracking.store import all_experiment_ids, search
-from teng_eq.tracking.writer import REUSED_TAG, tracked_run
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from teng_eq import interrupts
 from teng_eq.cache import cache_dir, digest, file_lock
 from teng_eq.options import BOOKKEEPING
+from teng_eq.tracking.claims import REUSED_TAG, Heartbeat, claim_lock, reopen
 from teng_eq.tracking.store import (
     StoreUnavailable,
     all_experiment_ids,
@@ -36,7 +37,6 @@ from teng_eq.tracking.store import (
     retrying,
     search,
 )
-from teng_eq.tracking.writer import REUSED_TAG, Heartbeat, claim_lock, reopen
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

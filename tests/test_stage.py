@@ -15,7 +15,7 @@ from teng_eq.grid import Quadrature, cell_volume, grid_points, holdout_points
 from teng_eq.integrators import EULER, HEUN, RK4, TABLEAUS, ButcherTableau, Holdout, TENGStep
 from teng_eq.lstsq import SOLVERS
 from teng_eq.simulation import build_method
-from teng_eq.stepper import BestSoFar, StageSolver, Stopping, random_subset
+from teng_eq.stage import BestSoFar, StageSolver, Stopping, random_subset
 
 DT = 0.005
 

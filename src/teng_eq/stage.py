@@ -69,9 +69,9 @@ class Stopping:
         one_of(f"{prefix}.policy", self.policy, POLICIES)
         at_least(prefix, self, 1, "min_iters", "patience")
         if not 0 < self.rtol < 1:
-            bad(f"{prefix}.rtol", self.rtol, "must be in (0, 1)")
+            raise bad(f"{prefix}.rtol", self.rtol, "must be in (0, 1)")
         if not 0 <= self.floor < 1:
-            bad(f"{prefix}.floor", self.floor, "must be in [0, 1)")
+            raise bad(f"{prefix}.floor", self.floor, "must be in [0, 1)")
 
 
 #: The paper's policy: every stage runs its cap (the other fields are unused).
