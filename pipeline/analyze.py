@@ -5,7 +5,7 @@
     python pipeline/analyze.py experiments=[heat,burgers] "filter=\"params.iters = '7'\""
     python pipeline/analyze.py mlflow=false out=reports/mine
 
-What it writes: teng_eq.report (and README "Analysis").
+What it writes: teng_eq.report (and docs/guides/analysis.md).
 """
 
 from pathlib import Path

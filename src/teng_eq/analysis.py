@@ -231,7 +231,7 @@ def curve_times(steps, dt: float, t_curve=None) -> np.ndarray:
 def estimate_ratio(rel_l2: tuple, est_rel_l2: tuple, skip: int = 5) -> tuple[float, float]:
     """Min and max over steps ``> skip`` of ``est_rel_l2 / rel_l2`` (curves ``(steps, values)``,
     matched by step): how well a run's a-posteriori estimate tracks its true error
-    (README "Error control"). NaN where the curves share no such step."""
+    (docs/guides/error-control.md). NaN where the curves share no such step."""
     true = dict(zip(np.asarray(rel_l2[0], int), np.asarray(rel_l2[1], float)))
     ratios = [v / true[n] for n, v in zip(np.asarray(est_rel_l2[0], int), np.asarray(est_rel_l2[1], float))
               if n > skip and n in true and true[n] > 0]

@@ -13,7 +13,7 @@ stops improving; it has converged if it ended below ``stage2_tol·‖u₀‖²``
   loss down by orders of magnitude fast but end up oscillating around a
   plateau (a step that raises the loss is kept), then with
   Levenberg–Marquardt again (``stage2_polish_iters``), whose step rejection
-  and adaptive damping go below that plateau (docs/performance.md).
+  and adaptive damping go below that plateau (docs/guides/accuracy.md, "θ₀").
 
 Both run in jitted chunks of iterations (:func:`iterate_chunks`), stopping at a
 tolerance, an iteration cap, or after ``patience`` chunks that did not halve
@@ -299,7 +299,7 @@ def resolve_init(init: str, equation: Equation, *grids: int) -> str:
     on every one of ``grids`` (the run's and θ₀'s: each fit keeps the symmetry only
     on a grid that maps onto itself) — the paper's initial condition under heat
     and Allen–Cahn — and ``"paper"`` elsewhere (Burgers, whose ``u·∇u`` is even, or
-    a condition without the symmetry; what it buys: README "Accuracy"). Any other
+    a condition without the symmetry; what it buys: docs/guides/accuracy.md). Any other
     value is returned as given."""
     if init != "auto":
         return init
@@ -329,7 +329,7 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
     overshoot into directions the subset Jacobian barely sees, and
     :class:`~teng_eq.stage.BestSoFar` keeps the start), again from the start at ten
     times the damping, at most :data:`DAMPING_TRIES` tries. Less damping takes the
-    loss further (docs/performance.md, "θ₀"), but how little a fit stands
+    loss further (docs/guides/accuracy.md, "θ₀"), but how little a fit stands
     depends on the network's start (``init``) and the condition.
 
     Returns ``(θ, loss, damping used)``. Goes on while it improves (tol 0):

@@ -4,7 +4,7 @@ preemption signal (SIGUSR2 unless ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise).
 
 :func:`install` replaces their handlers in the main thread. A signal raises
 :class:`Interrupted` (a ``KeyboardInterrupt``, so that nothing on the way
-mistakes it for an error of the run) — at once, or, inside :func:`deferred`
+mistakes it for an error of the run) — at once, or, after :func:`defer`
 (while a run steps), at the next :func:`check` (the end of a step), so that the
 run can keep the step it finished in its checkpoint. A second signal while one is
 pending raises at once: whoever sends two means now.

@@ -1,5 +1,5 @@
 """What ``pipeline/analyze.py`` does: select runs from MLflow, then tabulate, plot and
-log them (paper Table 1 and figures; see README "Analysis").
+log them (paper Table 1 and figures; see docs/guides/analysis.md).
 
 Writes error_vs_runtime.png, error_vs_dt.png, error_vs_time.png, table.md
 (Table 1: method × equation), table.csv, runs.csv (one row per run, Pareto flag),
