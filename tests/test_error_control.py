@@ -1,4 +1,4 @@
-"""Error control (README "Error control"): embedded error estimates of the tableaux,
+"""Error control (docs/guides/error-control.md): embedded error estimates of the tableaux,
 the step-size controller of ``dt: auto`` (accept/reject, landing on the horizon and
 output times, resume), the a-posteriori error estimate (orders, a bound where the
 projection is exact), the stability bounds the equations declare, the ETDRK4

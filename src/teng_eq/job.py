@@ -5,7 +5,7 @@ unfinished run resumed from its checkpoint; a finished configuration is skipped)
 logs every step, then the end-of-run metrics, tags and artifacts. Hydra stays in
 the entry script, which hands over the composed config and a :class:`JobContext`.
 
-What the environment does to a job (README "Long runs"): a signal (SIGTERM,
+What the environment does to a job (docs/guides/long-runs.md): a signal (SIGTERM,
 SIGINT, submitit's preemption) ends it at the end of the current step with that
 step checkpointed, its run KILLED, and the exit status 128 + the signal's number
 (:mod:`teng_eq.interrupts`); a checkpoint or artifact that cannot be written

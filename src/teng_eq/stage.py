@@ -21,7 +21,7 @@ How many iterations a stage runs is its *stopping policy*:
   raised the loss is often followed by a much better one), but the stage
   returns the best one (:class:`BestSoFar`).
 * ``"local_error"``: the same, with the floor set by the time step's own expected
-  local error ε (README "Error control"): the stage stops once ``B_k ≤ (floor·ε)²``,
+  local error ε (docs/guides/error-control.md): the stage stops once ``B_k ≤ (floor·ε)²``,
   i.e. once its residual is below the fraction ``floor`` of ε — a fit far more
   accurate than the step it belongs to buys nothing. ε is passed to :meth:`StageSolver.stage`
   (without it the floor is 0).
