@@ -272,6 +272,8 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
                           f"holdout.fail={result.holdout.fail:g} times: the fits overfit the quadrature nodes")
     checkpoints.clear()  # the run is FINISHED: nothing left to resume
     shutil.rmtree(run.spool, ignore_errors=True)  # a local record of an earlier attempt is obsolete
+    if not context.multirun:  # a sweep's callback says where all its runs are
+        print(f"run: {tracking.ui_address(job.tracking_uri, run.experiment_id, context.root)}")
     return result.global_rel_l2
 
 

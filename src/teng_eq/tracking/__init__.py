@@ -37,6 +37,7 @@ from teng_eq.tracking.store import (
     is_stale,
     open_client,
     reap_stale,
+    ui_address,
 )
 from teng_eq.tracking.sweep import PARENT_RUN_ENV, SweepCallback, sweep_hash, sweep_jobs
 from teng_eq.tracking.claims import RunInProgress, claim_lock
@@ -47,5 +48,5 @@ __all__ = [
     "artifact_copies", "artifact_root_for", "check_store", "claim_lock", "default_tracking_uri",
     "ensure_experiment", "experiment_name", "flatten", "git_state", "is_stale", "latest_sweep",
     "load_runs", "log_analysis", "metric_curves", "open_client", "reap_stale", "sweep_hash", "sweep_jobs",
-    "sweep_run", "tracked_run",
+    "sweep_run", "tracked_run", "ui_address",
 ]

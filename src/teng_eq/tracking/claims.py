@@ -95,6 +95,7 @@ class Opened:
     logged: dict[str, set[int]] = dataclasses.field(default_factory=dict)
     params: set[str] = dataclasses.field(default_factory=set)
     heartbeat: Heartbeat | None = None
+    experiment_id: str = ""
 
 
 def reopen(client: MlflowClient, run, tags: Mapping[str, str]) -> int:
@@ -185,6 +186,7 @@ def open_run(tracking_uri, experiment, artifact_root, run_name, tags, config_has
             client.set_tag(opened.run_id, "killed_reason", "the job stopped before its run opened")
             client.set_terminated(opened.run_id, status="KILLED")
         raise RunInProgress("the job stopped before its run opened")
+    opened.experiment_id = exp_id
     if opened.outcome != "skipped":
         with contextlib.suppress(Exception):  # a courtesy to the store: other jobs reap them too
             reap_stale(client, [exp_id], keep=[opened.run_id])

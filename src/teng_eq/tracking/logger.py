@@ -69,6 +69,10 @@ class RunLogger:
         return self._opened.run_id
 
     @property
+    def experiment_id(self) -> str:
+        return self._opened.experiment_id
+
+    @property
     def outcome(self) -> str:
         """``new``, ``resumed`` or ``skipped`` (waits for the run to be open)."""
         return self._opened.outcome

@@ -232,9 +232,22 @@ def retrying(call: Callable[..., T], *args, budget_s: float, what: str,
             delay = min(2 * delay, BACKOFF_S[1])
 
 
-#: The experiment tag MLflow's UI (3.x) reads to choose an experiment's first page:
-#: without it, it opens on its GenAI overview ("Traces 0") instead of the runs.
+#: The experiment tag that says what kind of experiment it is; MLflow's UI reads it
+#: to choose an experiment's first page where its "GenAI | Model training" switch is
+#: off. From 3.16 on that switch decides (GenAI by default: an overview of traces,
+#: "Traces 0"), so the address of our runs carries it too (:func:`ui_address`).
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def ui_address(tracking_uri: str, experiment_id: str, root: Path) -> str:
+    """Where a person sees an experiment's runs table in MLflow's UI: the server's
+    address, or for a SQLite store the ``mlflow ui`` that serves it and the address."""
+    page = f"#/experiments/{experiment_id}?workflowType=machine_learning"
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"{tracking_uri.rstrip('/')}/{page}"
+    serve = (f"mlflow ui (in {Path(root).resolve()})" if tracking_uri == default_tracking_uri(root)
+             else f"mlflow ui --backend-store-uri {tracking_uri}")
+    return f"{serve}, then http://127.0.0.1:5000/{page}"
 
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None) -> str:

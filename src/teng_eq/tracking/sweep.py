@@ -36,6 +36,7 @@ from teng_eq.tracking.store import (
     reap_stale,
     retrying,
     search,
+    ui_address,
 )
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class SweepCallback:
     def __init__(self) -> None:
         self.uri: str | None = None
         self.run_id: str | None = None
+        self.address: str | None = None  # where its runs show in MLflow's UI
         self.attempt = 1
         self.retry_s = 60.0
         self._heartbeat: Heartbeat | None = None
@@ -106,7 +108,7 @@ class SweepCallback:
     def __getstate__(self) -> dict:
         # Launchers pickle the callbacks into each job's process; the parent run
         # belongs to the launching process alone.
-        return {"uri": None, "run_id": None, "attempt": 1, "retry_s": 60.0, "_heartbeat": None}
+        return {"uri": None, "run_id": None, "address": None, "attempt": 1, "retry_s": 60.0, "_heartbeat": None}
 
     def on_multirun_start(self, config, **kwargs) -> None:
         try:
@@ -144,11 +146,13 @@ class SweepCallback:
             else:
                 name = "/".join(Path(sweep_dir).parts[-2:])
                 self.run_id = client.create_run(exp_id, run_name=f"sweep {name}", tags=tags).info.run_id
-        self.uri = uri
+        self.uri, self.address = uri, ui_address(uri, exp_id, root)
         reap_stale(client, all_experiment_ids(client), keep=[self.run_id])
         self._heartbeat = Heartbeat(client, self.run_id)
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        if self.address is not None:
+            print(f"runs: {self.address}", flush=True)
         failure = self.close(complete=True)
         if failure:
             # After every job returned: the sweep's exit status says it failed.
