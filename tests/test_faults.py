@@ -147,6 +147,7 @@ def terminated_then_resumed(tmp_path_factory):
             "run_id": job.info.run_id}
 
 
+@pytest.mark.e2e
 def test_sigterm_ends_the_run_killed_with_its_last_step_saved(terminated_then_resumed):
     t = terminated_then_resumed
     assert t["code"] == 128 + signal.SIGTERM, t["log"][-3000:]
@@ -166,6 +167,7 @@ def test_sigterm_ends_the_run_killed_with_its_last_step_saved(terminated_then_re
     assert "Traceback" not in t["log"]
 
 
+@pytest.mark.e2e
 def test_the_same_command_resumes_a_terminated_run(terminated_then_resumed, uninterrupted_global):
     t = terminated_then_resumed
     assert t["second_code"] == 0, t["second_log"][-3000:]
@@ -179,6 +181,7 @@ def test_the_same_command_resumes_a_terminated_run(terminated_then_resumed, unin
     assert all(r.info.status != "RUNNING" for r in t["after"])
 
 
+@pytest.mark.e2e
 def test_the_log_a_person_reads(terminated_then_resumed):
     """The resumed job's output (progress=true): the log lines and one bar, each
     redraw of the bar whole on its line (nothing written into it), and none of
@@ -196,6 +199,7 @@ def test_the_log_a_person_reads(terminated_then_resumed):
         assert noise not in terminated_then_resumed["second_log"]
 
 
+@pytest.mark.e2e
 def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
     """Under ``dt=auto`` the number of steps is known only at the end: the stop and the
     resume name the step and its t (they once read "after step 6 of None")."""
@@ -220,6 +224,7 @@ def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
     assert f"resuming from the checkpoint after step {step} (t={t:.6g})" in log
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a submitit sweep and its requeued job: ~60 s on 2 busy cores
 def test_submitit_preemption_requeues_the_job_which_resumes(tmp_path, uninterrupted_global):
     """hydra-submitit-launcher's requeue on preemption: the job gets submitit's
@@ -282,6 +287,7 @@ def test_signals_wait_for_the_end_of_the_step_and_a_second_one_does_not(monkeypa
 # --- 2. The cache folder, 5. sizes the machine cannot hold: refused before anything -----
 
 
+@pytest.mark.e2e
 def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished(terminated_then_resumed,
                                                                                  tmp_path):
     # The store holds this configuration FINISHED; a job would be "skipped", but the
@@ -300,6 +306,7 @@ def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished
 # --- 3. A store that goes away -----------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # two starts of an mlflow server: ~100 s on 2 busy cores
 def test_a_store_that_goes_away(tmp_path, mlflow_server, uninterrupted_global):
     """Two jobs on a real ``mlflow server`` that is stopped after their 3rd step:
@@ -347,6 +354,7 @@ def test_a_store_that_goes_away(tmp_path, mlflow_server, uninterrupted_global):
         assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config", "params", "plots", "tables"}
 
 
+@pytest.mark.e2e
 def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global):
     """Another process holds SQLite's write lock for 22 s (longer than MLflow's
     20 s busy timeout) from the job's 3rd step: the job steps on to its end while
@@ -379,6 +387,7 @@ def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global)
 # --- 4. Two sweeps at once ---------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, uninterrupted_global):
     """Two multiruns started together on one fresh SQLite store, sharing two of
     their three configurations: each configuration runs once (the second sweep to
@@ -411,6 +420,7 @@ def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, un
 # --- 6. A full disk ---------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, uninterrupted_global):
     """The 2nd checkpoint write (step 10) fills the disk half-way: the run ends
     FAILED with the reason, the checkpoint of step 5 intact; run again, it resumes

@@ -58,6 +58,7 @@ def test_table1_presets_compose_one_valid_job_per_cell(preset):
     ("obti_adam", "heat_disk", "needs a periodic domain (it has no boundary term)"),
     ("tdvp_rk4", "heat_disk", "needs a periodic domain (it has no boundary term)"),
 ])
+@pytest.mark.e2e
 def test_a_method_on_an_equation_it_does_not_run_stops_in_one_line(tmp_path, method, equation, why):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = run_script("sweep.py", f"method={method}", f"equation={equation}", f"tracking_uri={uri}",
@@ -68,6 +69,7 @@ def test_a_method_on_an_equation_it_does_not_run_stops_in_one_line(tmp_path, met
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.e2e
 def test_a_bad_key_in_a_preset_case_stops_the_sweep_before_any_run(tmp_path):
     """The preset's own sweep (hydra.sweeper.params, hydra.mode: MULTIRUN, no ``-m``)
     is expanded and every case validated before Hydra starts: one line, no store."""
@@ -98,6 +100,7 @@ def pinn_table(tmp_path_factory, warm_cache):
     return tmp, uri
 
 
+@pytest.mark.e2e
 def test_a_pinn_job_logs_blocks_and_its_error_curve(pinn_table, cache_dir, tmp_path):
     _, uri = pinn_table
     client = MlflowClient(uri)
@@ -126,6 +129,7 @@ def test_a_pinn_job_logs_blocks_and_its_error_curve(pinn_table, cache_dir, tmp_p
         assert math.isclose(math.sqrt(err / norm), m["final_rel_l2"], rel_tol=1e-8)
 
 
+@pytest.mark.e2e
 def test_analyze_puts_the_pinns_in_table1_order(pinn_table):
     tmp, uri = pinn_table
     out = Path(tmp) / "report"

@@ -9,6 +9,8 @@ import time
 import pytest
 from helpers.processes import SWEEP, job_env, run_script
 
+pytestmark = pytest.mark.e2e  # pipeline/sweep.py in a subprocess
+
 
 def _sweep(tmp_path, *overrides, flags=()):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -25,6 +25,8 @@ ARTIFACTS = {
     "plots/density.png", "tables/losses.csv", "params/theta.eqx",
 }
 
+pytestmark = pytest.mark.e2e  # pipeline/sweep.py in a subprocess
+
 
 def _artifacts(client, run_id, path=None):
     out = set()

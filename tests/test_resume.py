@@ -25,6 +25,8 @@ from teng_eq.tracking import is_stale
 KILLED_SWEEP = ["dt=0.04,0.02,0.004", "checkpoint_every=2"]
 SIGKILL_AFTER = 5  # rel_l2 points of job 2 in the store (steps 0..4)
 
+pytestmark = pytest.mark.e2e  # pipeline/sweep.py in subprocesses
+
 
 def _jobs(runs):
     return {int(r.data.tags["job_num"]): r for r in runs if r.data.tags.get("run_kind") == "job"}

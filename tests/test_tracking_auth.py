@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from teng_eq.tracking.store import EXPERIMENT_KIND
 
+pytestmark = pytest.mark.e2e  # an mlflow server and pipeline/sweep.py in subprocesses
 
 USER = "jobs"
 
