@@ -6,17 +6,14 @@ another equation in another experiment, a FAILED job, an older sweep's job and
 a job from before run_kind tags existed.
 """
 
-import os
-import subprocess
-import sys
 import time
 
 import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
-from hydra import compose, initialize_config_dir
+from helpers.configs import ROOT, compose_conf
+from helpers.processes import run_script
 from mlflow.entities import Metric, Param
 
 from teng_eq import analysis, report
@@ -95,11 +92,7 @@ def store(tmp_path_factory):
 
 
 def _analyze(tmp, uri, *overrides):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "pipeline" / "analyze.py"), f"tracking_uri={uri}", *overrides],
-        check=False, capture_output=True, text=True, timeout=120, cwd=tmp, env=env,
-    )
+    return run_script("analyze.py", f"tracking_uri={uri}", *overrides, cwd=tmp, timeout=120)
 
 
 def _analyze_here(cfg):
@@ -108,8 +101,7 @@ def _analyze_here(cfg):
 
 
 def _compose(*overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="analyze", overrides=list(overrides))
+    return compose_conf(overrides, config_name="analyze")
 
 
 # --- the maths on hand-made arrays ---------------------------------------------------------
@@ -131,20 +123,16 @@ def test_pareto_front_matches_brute_force_on_random_points():
     assert analysis.pareto_front(r, e).tolist() == brute
 
 
-def _slope(dt, err):
-    return analysis.fit_power_law(dt, err).slope
-
-
 def test_fit_slope_recovers_power_laws():
     dt = np.array([0.0016, 0.0032, 0.005, 0.01, 0.02])
-    assert _slope(dt, 3e-2 * dt) == pytest.approx(1.0, abs=1e-12)
+    assert analysis.fit_power_law(dt, 3e-2 * dt).slope == pytest.approx(1.0, abs=1e-12)
     law = analysis.fit_power_law(dt, 7.0 * dt**2)
     assert law.slope == pytest.approx(2.0, abs=1e-12) and law.prefactor == pytest.approx(7.0)
     # Least squares on logs: noise symmetric in log space leaves the slope.
-    assert _slope(dt, dt**4 * np.exp([0.1, -0.1, 0.1, -0.1, 0.0])) == pytest.approx(
+    assert analysis.fit_power_law(dt, dt**4 * np.exp([0.1, -0.1, 0.1, -0.1, 0.0])).slope == pytest.approx(
         4.0, abs=0.1)
-    assert np.isnan(_slope([0.01, 0.01], [1e-3, 2e-3]))
-    assert _slope([0.01, 0.02, 0.0], [1e-4, 4e-4, 0.0]) == pytest.approx(2.0)
+    assert np.isnan(analysis.fit_power_law([0.01, 0.01], [1e-3, 2e-3]).slope)
+    assert analysis.fit_power_law([0.01, 0.02, 0.0], [1e-4, 4e-4, 0.0]).slope == pytest.approx(2.0)
 
 
 def test_varied_axes_skip_bookkeeping_and_implied_params():

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from helpers.configs import ROOT
 
 
 def test_import_contracts_are_kept():

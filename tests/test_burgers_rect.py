@@ -9,16 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import make_config, make_equation
+from helpers.numerics import rel_l2
 
 
 @pytest.fixture(scope="module")
 def rect():
-    return make_config("equation=burgers_rect").equation
-
-
-def rel_l2(a, b) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    return make_equation("burgers_rect")
 
 
 def test_periods_of_the_network_and_the_initial_condition(rect):

@@ -11,7 +11,7 @@ import types
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import make_config
 
 from teng_eq import initial_fit
 from teng_eq import reference as ref

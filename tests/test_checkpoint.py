@@ -7,8 +7,9 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import make_config
-from fake_methods import TOY
+from helpers.configs import make_config
+from helpers.fake_methods import TOY
+from helpers.stops import Stop
 
 from teng_eq.checkpoint import CheckpointStore
 from teng_eq.errors import Diverged
@@ -18,10 +19,6 @@ from teng_eq.simulation import divergence_reason, run_simulation
 def toy(*overrides):
     return make_config(*TOY, "dt=0.02", "t_final=0.2", "eval_grid=32", "equation.initial_condition=sines2d",
                        *overrides)
-
-
-class Stop(Exception):
-    """Stands for a stop after a step was reported (a signal, a store that gave up)."""
 
 
 def _records(cfg, store=None, stop_after=None, **kw):

@@ -1,9 +1,9 @@
 import dataclasses
-import socket
 import time
 
 import pytest
-from conftest import CONF, make_config
+from helpers.configs import CONF, make_config
+from helpers.mlflow_store import free_port
 
 from teng_eq import preflight as checks
 from teng_eq.errors import ConfigError
@@ -114,12 +114,6 @@ def preflight():
     return lambda argv: checks.preflight(argv, CONF)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:  # nobody listens on it once this block closes it
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # Command lines (``{tmp}``: a fresh folder, ``{file}``: a regular file in it,
 # ``{port}``: a closed port) and what the one-line error must name.
 MALFORMED = [
@@ -179,7 +173,7 @@ MALFORMED = [
 def test_malformed_config_is_one_line_naming_the_key(preflight, tmp_path, argv, needle):
     (tmp_path / "file").write_text("")
     store = tmp_path / "mlflow.db"
-    fill = {"tmp": tmp_path, "file": tmp_path / "file", "port": _closed_port()}
+    fill = {"tmp": tmp_path, "file": tmp_path / "file", "port": free_port()}
     argv = [a.format(**fill) for a in argv]
     flags = [a for a in argv if a == "-m"]  # options first, as Hydra's parser wants them
     defaults = [f"tracking_uri=sqlite:///{store}", f"cache_dir={tmp_path / 'cache'}"]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from helpers.configs import ROOT
 
 
 def deptry(root: Path) -> subprocess.CompletedProcess:

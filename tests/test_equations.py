@@ -11,19 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import CONF, make_config
+from helpers.configs import CONF, make_config, make_equation
 from scipy.spatial import cKDTree
 
-from teng_eq.equations import Equation, build_equation, operator
+from teng_eq.equations import build_equation, operator
 from teng_eq.equations.periodic import paper_initial_condition
 from teng_eq.errors import ConfigError
 
 EQUATIONS = sorted(p.stem for p in (CONF / "equation").glob("*.yaml"))
-
-
-def equation(name: str, *overrides) -> Equation:
-    """The equation of ``conf/equation/<name>.yaml`` (with overrides), as a run builds it."""
-    return make_config(f"equation={name}", *overrides).equation
 
 
 def f(x):
@@ -46,7 +41,7 @@ def f_exact(x):
     ],
 )
 def test_operator_by_autodiff_matches_calculus(name, nonlinear):
-    eq = equation(name)
+    eq = make_equation(name)
     x = np.random.default_rng(0).uniform(0, 2 * math.pi, (50, 2))
     got = operator(eq, f, jnp.asarray(x))
     u, g1, g2, lap = f_exact(x)
@@ -68,7 +63,7 @@ def test_every_equation_declares_its_pieces(name):
     group; u₀ takes NumPy and JAX alike; the quadratures have the declared dimension,
     positive weights that sum to the domain's measure, and held-out points apart from
     the fit's; the evaluation points are where the reference gives its values."""
-    eq = equation(name)
+    eq = make_equation(name)
     assert eq.name == name
     fit, held, ev = eq.quadrature(16), eq.holdout(16, 8), eq.evaluation(16)
     for q in (fit, held, ev):

@@ -14,8 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_config
-from fake_methods import DECAY
+from helpers.configs import ROOT, TINY_ADAPTIVE, compose_conf, make_config, make_equation
+from helpers.fake_methods import DECAY
+from helpers.numerics import convergence_order, rel_l2
+from helpers.stops import Stop, stop_at
 
 from teng_eq import analysis, report
 from teng_eq.checkpoint import CheckpointStore
@@ -130,16 +132,8 @@ def test_dt_auto_needs_an_embedded_estimate():
 
 # --- TENG under the controller ------------------------------------------------------------
 
-TINY = ["equation.initial_condition=sines2d", "grid=32", "eval_grid=32", "dt=auto", "t_final=0.06",
-        "controller.dt_initial=0.05", "controller.rtol=1e-5", "controller.outputs=3", "estimate=trapezoid"]
-
-
 def _leaves(network):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(eqx.filter(network, eqx.is_inexact_array))]
-
-
-class Stop(Exception):
-    """Stands for a kill after a step was reported."""
 
 
 @pytest.mark.parametrize("warm", ["previous", "extrapolate"])
@@ -150,18 +144,13 @@ def test_adaptive_teng_resumed_equals_uninterrupted(tmp_path, warm_cache, warm):
     and resumed, it ends where the uninterrupted
     run ends (θ, errors, estimate, step sizes, controller counts: to 1e-12 and in fact
     bit for bit). Under ``warm_start: extrapolate`` the checkpoints carry the rate too."""
-    cfg, cache_dir = make_config(*TINY, f"method.warm_start={warm}"), warm_cache
+    cfg, cache_dir = make_config(*TINY_ADAPTIVE, f"method.warm_start={warm}"), warm_cache
     whole = run_simulation(cfg, cache_dir=cache_dir)
     assert whole.times[-1] == 0.06 and {0.02, 0.04} <= set(whole.times)
     assert whole.scalars["steps_rejected"] >= 1 and whole.metrics["dt"][0] < 0.05
     store = CheckpointStore(tmp_path / "c.npz", {"run": "r"})
-
-    def stop_at_3(rec):
-        if rec.step == 3:
-            raise Stop
-
     with pytest.raises(Stop):
-        run_simulation(cfg, cache_dir=cache_dir, checkpoints=store, checkpoint_every=2, on_step=stop_at_3)
+        run_simulation(cfg, cache_dir=cache_dir, checkpoints=store, checkpoint_every=2, on_step=stop_at(3))
     resumed = run_simulation(cfg, cache_dir=cache_dir, checkpoints=store, checkpoint_every=2)
     assert resumed.resumed_from == 3
     for a, b in zip(_leaves(resumed.network), _leaves(whole.network), strict=True):
@@ -182,11 +171,11 @@ def test_embedded_estimate_has_its_order_on_heat(warm_cache, name, expected):
     """One TENG step from θ₀ on heat (sines2d): Heun–Euler's ``local_error`` falls as Δt²
     (Bogacki–Shampine's as Δt³; slow): least-squares slope over Δt = 0.02 … 0.16."""
     dts = np.array([0.02, 0.04, 0.08, 0.16])
-    method = build_method(make_config(*TINY, f"method={name}"), cache_dir=warm_cache)
+    method = build_method(make_config(*TINY_ADAPTIVE, f"method={name}"), cache_dir=warm_cache)
     step = jax.jit(lambda s, k, dt: method.step(s, k, dt))
     key = jax.random.PRNGKey(3)
     errors = [float(step(method.init(), key, dt)[1].metrics["local_error"]) for dt in dts]
-    slope = np.polyfit(np.log(dts), np.log(errors), 1)[0]
+    slope = convergence_order(dts, errors)
     assert abs(slope - expected) < 0.1, (slope, errors)
 
 
@@ -203,7 +192,7 @@ def test_extrapolated_warm_start_begins_each_fit_an_order_closer(warm_cache):
     for warm in ("previous", "extrapolate", "damped"):
         rate = "method.warm_rate=0.9" if warm == "damped" else "method.warm_rate=1"
         start = "previous" if warm == "previous" else "extrapolate"
-        method = build_method(make_config(*TINY, "method=teng_rk4", f"method.warm_start={start}", rate),
+        method = build_method(make_config(*TINY_ADAPTIVE, "method=teng_rk4", f"method.warm_start={start}", rate),
                               cache_dir=warm_cache)
         step = jax.jit(lambda s, k, dt, method=method: method.step(s, k, dt))
         starts = []
@@ -212,7 +201,7 @@ def test_extrapolated_warm_start_begins_each_fit_an_order_closer(warm_cache):
             _, record = step(state, jax.random.PRNGKey(2), dt)
             starts.append(np.asarray(record.losses)[[0, 2], 0])
         starts_of[warm] = np.array(starts)
-        slopes[warm] = np.polyfit(np.log(dts), np.log(starts_of[warm]), 1)[0]
+        slopes[warm] = [convergence_order(dts, starts) for starts in starts_of[warm].T]
     np.testing.assert_allclose(slopes["previous"], 2.0, atol=0.3, err_msg=str(slopes))
     np.testing.assert_allclose(slopes["extrapolate"], 4.0, atol=0.5, err_msg=str(slopes))
     assert np.all(starts_of["damped"][:, 0] <= 0.06 * starts_of["previous"][:, 0]), starts_of
@@ -317,7 +306,7 @@ def test_hermite_local_estimate_is_heuns_local_error_to_leading_order():
         true.append(float(defect.norm(model.apply(new, held.points) - exact)))
     ratio = np.array(est) / np.array(true)
     assert np.all(ratio > 1) and ratio[0] < 1.02 and np.all(np.diff(ratio) > 0), ratio
-    assert abs(np.polyfit(np.log(dts), np.log(est), 1)[0] - 3) < 0.05
+    assert abs(convergence_order(dts, est) - 3) < 0.05
 
 
 # --- the stability bounds the equations declare ------------------------------------------
@@ -339,7 +328,7 @@ def test_growth_rate_bounds_the_separation_of_two_solutions(name):
     """⟨L[v] − L[w], v − w⟩ ≤ μ(v) ‖v − w‖² for random smooth v, w on the periodic box,
     μ the equation's declared growth rate at v (exact integrals on the grid); for
     Burgers the identity −ν‖∇e‖² − ½∫e²(∂₁ + ∂₂)v behind μ holds to round-off."""
-    eq = make_config(f"equation={name}").equation
+    eq = make_equation(name)
     rng = np.random.default_rng(0)
     n, w = 64, (TWO_PI / 64) ** 2
     for _ in range(5):
@@ -360,28 +349,24 @@ def test_etdrk4_reference_at_a_non_grid_time_matches_a_run_ending_there():
     """Burgers' ETDRK4 reference stored at t = 0, 0.05, 0.1 and asked for t = 0.0731 (a
     partial step from 0.05) agrees with a reference run ending at 0.0731 to that
     scheme's own accuracy (its change when dt halves), at a stored time exactly."""
-    eq = make_config("equation=burgers").equation
+    eq = make_equation("burgers")
     scheme = Pseudospectral(degree=2, resolution=((math.inf, 32, 0.01),))
     stored = scheme.solution(eq, [0.0, 0.05, 0.1], cache_dir=False)
     direct = scheme.solution(eq, [0.0731], cache_dir=False).values(0, 32)
     finer = scheme.solution(eq, [0.0731], cache_dir=False, dt=0.005).values(0, 32)
-
-    def rel(a, b):
-        return np.linalg.norm(a - b) / np.linalg.norm(b)
-
-    accuracy = rel(direct, finer)
-    assert 0 < rel(stored.values_at(0.0731, 32), direct) < accuracy
+    accuracy = rel_l2(direct, finer)
+    assert 0 < rel_l2(stored.values_at(0.0731, 32), direct) < accuracy
     np.testing.assert_array_equal(stored.values_at(0.05, 32), stored.values(1, 32))
     anytime = scheme.anytime(eq, 0.1, cache_dir=False)  # stored on its own step grid, 0.01 apart
-    assert rel(anytime.values_at(0.0731, 32), direct) < accuracy
+    assert rel_l2(anytime.values_at(0.0731, 32), direct) < accuracy
 
 
 def test_exact_references_at_any_time():
-    heat = make_config("equation=heat").equation
+    heat = make_equation("heat")
     ref = heat.reference_anytime(1.0)
     sol = heat.reference([0.37])
     np.testing.assert_allclose(ref.values_at(0.37, 16), sol.values(0, 16), rtol=0, atol=1e-15)
-    disk = make_config("equation=heat_disk").equation
+    disk = make_equation("heat_disk")
     np.testing.assert_allclose(disk.reference_anytime(1.0).values_at(0.37, 8), disk.reference([0.37]).values(0, 8),
                                rtol=0, atol=1e-15)
 
@@ -424,8 +409,6 @@ def test_analyze_draws_estimates_and_step_sizes_from_the_store(tmp_path):
     import time
 
     import mlflow
-    from conftest import ROOT
-    from hydra import compose, initialize_config_dir
     from mlflow.entities import Metric, Param
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -446,9 +429,8 @@ def test_analyze_draws_estimates_and_step_sizes_from_the_store(tmp_path):
         client.log_batch(run.info.run_id, metrics=curves + scalars,
                          params=[Param("dt", dt), Param("method", "teng_heun"), Param("equation", "heat")])
         client.set_terminated(run.info.run_id)
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="analyze", overrides=[f"tracking_uri={uri}", "experiments=[heat]",
-                                                        f"out={tmp_path / 'out'}", "mlflow=false"])
+    cfg = compose_conf([f"tracking_uri={uri}", "experiments=[heat]", f"out={tmp_path / 'out'}", "mlflow=false"],
+                       config_name="analyze")
     out = report.analyze(cfg, ROOT)
     assert (out / "estimate_vs_error.png").is_file() and (out / "dt_vs_time.png").is_file()
     quality = pd.read_csv(out / "estimate.csv").sort_values("run")

@@ -1,5 +1,5 @@
 """Faults of the environment, with real processes: pipeline/sweep.py in
-subprocesses on the driver's cheap test method (fake_methods.Toy, no θ₀ fit;
+subprocesses on the driver's cheap test method (helpers.fake_methods.Toy, no θ₀ fit;
 ``+method.delay`` makes its steps slow enough to stop half-way), real signals, a
 real ``mlflow server`` stopped and started again, a real second SQLite writer,
 two sweeps at once. Each test checks what was kept: the run's status and reason,
@@ -7,7 +7,7 @@ every metric step once, and — where the run resumed — the global error of an
 uninterrupted run (in-process, to 1e-12 relative).
 
 A full disk is simulated by an injected ``OSError(ENOSPC)`` at the write
-(tests/faulty_sweep.py: half the file is written, then the error), not a
+(tests/helpers/faulty_sweep.py: half the file is written, then the error), not a
 size-limited folder: it strikes at a chosen write on any machine, as any user."""
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, TINY, Server, all_runs, make_config
-from fake_methods import DECAY, TOY
+from helpers.configs import ROOT, TINY_SWEEP_NO_GRID, make_config
+from helpers.fake_methods import DECAY, TOY
+from helpers.mlflow_store import all_runs, job_runs
+from helpers.processes import job_env, sweep_command
 from mlflow.tracking import MlflowClient
 
 from teng_eq import interrupts
@@ -36,7 +38,7 @@ from teng_eq.simulation import run_simulation
 from teng_eq.tracking import open_client
 
 #: The tiny problem on the Toy method (no grid: Toy has no quadrature); dt=0.004: 20 steps.
-TOY_TINY = [o for o in TINY if not o.startswith("grid=")] + TOY + ["checkpoint_every=5"]
+TOY_TINY = [*TINY_SWEEP_NO_GRID, *TOY, "checkpoint_every=5"]
 DT = "dt=0.004"
 
 
@@ -44,26 +46,15 @@ def _slow(delay: float) -> list[str]:
     return [f"+method.delay={delay}"]
 
 
-def _env() -> dict:
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT / "tests"),
-                                                    env.get("PYTHONPATH")) if p)
-    env.pop("TENG_EQ_PARENT_RUN", None)
-    return env
-
-
-def _command(tmp: Path, uri: str, cache: Path, *overrides: str, multirun: bool = True,
-             script: Path = ROOT / "pipeline" / "sweep.py", sweep_dir: str = "multirun",
-             progress: bool = False) -> list[str]:
+def _command(tmp: Path, uri: str, cache: Path, *overrides: str, progress: bool = False, **kw) -> list[str]:
+    """:func:`helpers.processes.sweep_command` on :data:`TOY_TINY`, with or without progress bars."""
     toy = [o for o in TOY_TINY if not o.startswith("progress=")] + [f"progress={str(progress).lower()}"]
-    return [sys.executable, str(script), *(["-m"] if multirun else []), *toy, f"tracking_uri={uri}",
-            f"cache_dir={cache}", f"hydra.sweep.dir={tmp / sweep_dir}", f"hydra.run.dir={tmp / 'outputs'}",
-            *overrides]
+    return sweep_command(tmp, uri, cache, *overrides, tiny=toy, **kw)
 
 
 def _start(cmd: list[str], tmp: Path, name: str) -> subprocess.Popen:
     out = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - closed with the process (_finish)
-    proc = subprocess.Popen(cmd, cwd=tmp, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=tmp, env=job_env(), stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)
     proc.log_file = out
     return proc
@@ -85,10 +76,6 @@ def _run(cmd: list[str], tmp: Path, name: str, timeout: float = 300) -> tuple[in
     return _finish(_start(cmd, tmp, name), timeout)
 
 
-def _job_runs(uri: str) -> list:
-    return [r for r in all_runs(uri) if r.data.tags.get("run_kind") == "job"]
-
-
 def _wait_for_steps(uri: str, proc: subprocess.Popen, steps: int, deadline_s: float = 240,
                     started: Path | None = None):
     """Poll the store until a job run holds ``steps`` points of ``step_loss``; that
@@ -102,7 +89,7 @@ def _wait_for_steps(uri: str, proc: subprocess.Popen, steps: int, deadline_s: fl
             continue
         with contextlib.suppress(Exception):  # a store still being created
             client = open_client(uri)
-            for run in _job_runs(uri):
+            for run in job_runs(uri):
                 if len(client.get_metric_history(run.info.run_id, "step_loss")) >= steps:
                     return run
         time.sleep(0.2)
@@ -160,6 +147,7 @@ def terminated_then_resumed(tmp_path_factory):
             "run_id": job.info.run_id}
 
 
+@pytest.mark.e2e
 def test_sigterm_ends_the_run_killed_with_its_last_step_saved(terminated_then_resumed):
     t = terminated_then_resumed
     assert t["code"] == 128 + signal.SIGTERM, t["log"][-3000:]
@@ -179,6 +167,7 @@ def test_sigterm_ends_the_run_killed_with_its_last_step_saved(terminated_then_re
     assert "Traceback" not in t["log"]
 
 
+@pytest.mark.e2e
 def test_the_same_command_resumes_a_terminated_run(terminated_then_resumed, uninterrupted_global):
     t = terminated_then_resumed
     assert t["second_code"] == 0, t["second_log"][-3000:]
@@ -192,6 +181,7 @@ def test_the_same_command_resumes_a_terminated_run(terminated_then_resumed, unin
     assert all(r.info.status != "RUNNING" for r in t["after"])
 
 
+@pytest.mark.e2e
 def test_the_log_a_person_reads(terminated_then_resumed):
     """The resumed job's output (progress=true): the log lines and one bar, each
     redraw of the bar whole on its line (nothing written into it), and none of
@@ -209,20 +199,20 @@ def test_the_log_a_person_reads(terminated_then_resumed):
         assert noise not in terminated_then_resumed["second_log"]
 
 
+@pytest.mark.e2e
 def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
     """Under ``dt=auto`` the number of steps is known only at the end: the stop and the
     resume name the step and its t (they once read "after step 6 of None")."""
     uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
     decay = [o for o in TOY_TINY if not o.startswith(("method.", "+method.", "~method."))] + DECAY
-    cmd = [sys.executable, str(ROOT / "pipeline" / "sweep.py"), "-m", *decay, "dt=auto", "t_final=0.5",
-           "controller.rtol=1e-3", "controller.atol=0", "controller.dt_initial=0.01", f"tracking_uri={uri}",
-           f"cache_dir={cache}", f"hydra.sweep.dir={tmp_path / 'multirun'}", "+method.delay=0.25"]
+    cmd = sweep_command(tmp_path, uri, cache, "dt=auto", "t_final=0.5", "controller.rtol=1e-3", "controller.atol=0",
+                        "controller.dt_initial=0.01", "+method.delay=0.25", tiny=decay)
     proc = _start(cmd, tmp_path, "first")
     job = _wait_for_steps(uri, proc, 3, started=tmp_path / "multirun" / "0")
     os.kill(proc.pid, signal.SIGTERM)
     code, log = _finish(proc)
     assert code == 128 + signal.SIGTERM, log[-3000:]
-    (job,) = _job_runs(uri)
+    (job,) = job_runs(uri)
     reason = job.data.tags["killed_reason"]
     match = re.fullmatch(r"SIGTERM \(signal 15\) after step (\d+) \(t=([0-9.e-]+)\) \(saved\)", reason)
     assert match and "None" not in log, reason
@@ -234,6 +224,7 @@ def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
     assert f"resuming from the checkpoint after step {step} (t={t:.6g})" in log
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a submitit sweep and its requeued job: ~60 s on 2 busy cores
 def test_submitit_preemption_requeues_the_job_which_resumes(tmp_path, uninterrupted_global):
     """hydra-submitit-launcher's requeue on preemption: the job gets submitit's
@@ -247,7 +238,7 @@ def test_submitit_preemption_requeues_the_job_which_resumes(tmp_path, uninterrup
     os.kill(int(job.data.tags["pid"]), signal.SIGUSR2)
     code, log = _finish(sweep)
     assert code == 0, log[-3000:]
-    (run,) = _job_runs(uri)
+    (run,) = job_runs(uri)
     assert run.info.run_id == job.info.run_id and run.info.status == "FINISHED"
     assert run.data.tags["attempt"] == "2" and int(run.data.tags["resumed_from_step"]) >= 6
     assert run.data.tags["pid"] != job.data.tags["pid"]  # the requeued process
@@ -296,6 +287,7 @@ def test_signals_wait_for_the_end_of_the_step_and_a_second_one_does_not(monkeypa
 # --- 2. The cache folder, 5. sizes the machine cannot hold: refused before anything -----
 
 
+@pytest.mark.e2e
 def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished(terminated_then_resumed,
                                                                                  tmp_path):
     # The store holds this configuration FINISHED; a job would be "skipped", but the
@@ -314,24 +306,15 @@ def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished
 # --- 3. A store that goes away -----------------------------------------------------
 
 
-@pytest.fixture
-def server(tmp_path):
-    s = Server(tmp_path)
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
+@pytest.mark.e2e
 @pytest.mark.slow  # two starts of an mlflow server: ~100 s on 2 busy cores
-def test_a_store_that_goes_away(tmp_path, server, uninterrupted_global):
+def test_a_store_that_goes_away(tmp_path, mlflow_server, uninterrupted_global):
     """Two jobs on a real ``mlflow server`` that is stopped after their 3rd step:
     both keep stepping; the one that may wait (store_retry_s=300) finishes once the
     server is back; the other (store_retry_s=2) gives up at its end, writes what it
     could not log beside its checkpoint and says how to import it — which then
     completes its run."""
-    server.start()
-    cache = tmp_path / "cache"
+    server, cache = mlflow_server, tmp_path / "cache"
     waits = _start(_command(tmp_path, server.url, cache, DT, *_slow(0.3), "store_retry_s=300", multirun=False),
                    tmp_path, "waits")
     gives_up = _start(_command(tmp_path, server.url, cache, *_slow(0.3), "dt=0.005", "store_retry_s=2",
@@ -356,13 +339,13 @@ def test_a_store_that_goes_away(tmp_path, server, uninterrupted_global):
     code, log = _finish(waits)
     assert code == 0, log[-3000:]
     assert "not answering" in log and "answers again after" in log
-    imported = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=300, env=_env(),
+    imported = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=300, env=job_env(),
                               check=False)
     assert imported.returncode == 0, imported.stderr[-3000:]
     assert not record.parent.exists() and not (record.parent.parent / f"{held['run_id']}.npz").exists()
 
     client = MlflowClient(server.url)
-    runs = {round(float(r.data.params["dt"]), 6): r for r in _job_runs(server.url)}
+    runs = {round(float(r.data.params["dt"]), 6): r for r in job_runs(server.url)}
     assert sorted(runs) == [0.004, 0.005]
     for dt, run in runs.items():
         assert run.info.status == "FINISHED"
@@ -371,6 +354,7 @@ def test_a_store_that_goes_away(tmp_path, server, uninterrupted_global):
         assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config", "params", "plots", "tables"}
 
 
+@pytest.mark.e2e
 def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global):
     """Another process holds SQLite's write lock for 22 s (longer than MLflow's
     20 s busy timeout) from the job's 3rd step: the job steps on to its end while
@@ -394,7 +378,7 @@ def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global)
     holder.wait(timeout=60)
     assert code == 0, log[-3000:]
     assert "not answering (database is locked)" in log and "answers again after" in log
-    (run,) = _job_runs(uri)
+    (run,) = job_runs(uri)
     assert run.info.status == "FINISHED"
     _each_step_once(MlflowClient(uri), run, 20)
     _same_result(run, uninterrupted_global(0.004))
@@ -403,6 +387,7 @@ def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global)
 # --- 4. Two sweeps at once ---------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, uninterrupted_global):
     """Two multiruns started together on one fresh SQLite store, sharing two of
     their three configurations: each configuration runs once (the second sweep to
@@ -416,7 +401,7 @@ def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, un
         assert code == 0, log[-3000:]
     runs = all_runs(uri)
     assert all(r.info.status == "FINISHED" for r in runs), [(r.info.status, r.data.tags) for r in runs]
-    jobs = _job_runs(uri)
+    jobs = job_runs(uri)
     assert sorted(float(r.data.params["dt"]) for r in jobs) == [0.004, 0.005, 0.01, 0.02]  # each once
     client = MlflowClient(uri)
     for run in jobs:
@@ -435,6 +420,7 @@ def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, un
 # --- 6. A full disk ---------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, uninterrupted_global):
     """The 2nd checkpoint write (step 10) fills the disk half-way: the run ends
     FAILED with the reason, the checkpoint of step 5 intact; run again, it resumes
@@ -442,11 +428,11 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
     final checkpoint kept; the third time it finishes — with the result of an
     uninterrupted run and every step logged once."""
     uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
-    cmd = _command(tmp_path, uri, cache, DT, multirun=False, script=ROOT / "tests" / "faulty_sweep.py")
+    cmd = _command(tmp_path, uri, cache, DT, multirun=False, script=ROOT / "tests" / "helpers" / "faulty_sweep.py")
     os.environ["FAULTY_WRITE"] = "checkpoint:2"
     try:
         code, log = _run(cmd, tmp_path, "checkpoint")
-        (run,) = _job_runs(uri)
+        (run,) = job_runs(uri)
         checkpoint = CheckpointStore.for_run(run.data.tags["config_hash"], run.info.run_id, directory=cache)
         reason = ("the checkpoint after step 10 could not be written in "
                   f"{checkpoint.path.parent} (No space left on device); the checkpoint of step 5 is intact: "
@@ -458,7 +444,7 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
 
         os.environ["FAULTY_WRITE"] = "artifact:2"
         code, log = _run(cmd, tmp_path, "artifact")
-        (run,) = _job_runs(uri)
+        (run,) = job_runs(uri)
         assert code == 1 and "an artifact could not be written (No space left on device" in log, log[-3000:]
         assert run.info.status == "FAILED" and "the checkpoint after step 20 is kept" in run.data.tags[
             "failure_reason"]
@@ -467,7 +453,7 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
         del os.environ["FAULTY_WRITE"]
     code, log = _run([cmd[0], str(ROOT / "pipeline" / "sweep.py"), *cmd[2:]], tmp_path, "clean")
     assert code == 0, log[-3000:]
-    (run,) = _job_runs(uri)
+    (run,) = job_runs(uri)
     assert run.info.status == "FINISHED" and run.data.tags["attempt"] == "3"
     assert run.data.tags["resumed_from_step"] == "20"
     _each_step_once(MlflowClient(uri), run, 20)

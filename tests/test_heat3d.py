@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import itertools
 import math
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.fft as sfft
-from conftest import ROOT, make_config
+from helpers.configs import make_config, make_equation
+from helpers.processes import run_script
 
 from teng_eq.equations.heat3d import A000, A, B
 from teng_eq.grid import grid_points
@@ -25,7 +24,7 @@ from teng_eq.reference import save_npz
 
 @pytest.fixture(scope="module")
 def heat3d():
-    return make_config("equation=heat3d").equation
+    return make_equation("heat3d")
 
 
 def closed_form_3d(x, t, nu):
@@ -101,9 +100,8 @@ def test_heat3d_save_npz_and_script(tmp_path, heat3d):
     with np.load(tmp_path / "a.npz") as data:
         assert data["u"].shape == (2, 6, 6, 6)
         np.testing.assert_allclose(data["u"][0].ravel(), heat3d.u0(data["x"].T), atol=1e-15)
-    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "reference.py"), "equation=heat3d",
-                           "t_final=0.5", "grid=8", "out=ref.npz", "cache_dir=false"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_script("reference.py", "equation=heat3d", "t_final=0.5", "grid=8", "out=ref.npz", "cache_dir=false",
+                      cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     with np.load(tmp_path / "ref.npz") as data:
         assert data["u"].shape == (1, 8, 8, 8)

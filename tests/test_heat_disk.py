@@ -4,8 +4,6 @@ the disk quadrature, the Cartesian network, weighted rows and boundary rows in T
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import equinox as eqx
 import jax
@@ -13,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.special as sp
-from conftest import ROOT, make_config
+from helpers.configs import make_config, make_equation
+from helpers.processes import run_script
 
 from teng_eq.equations import operator
 from teng_eq.equations.heat_disk import PAPER_DISK, disk_harmonic
@@ -30,7 +29,7 @@ from teng_eq.stage import StageLog, StageSolver
 
 @pytest.fixture(scope="module")
 def disk():
-    return make_config("equation=heat_disk").equation
+    return make_equation("heat_disk")
 
 
 def exact_disk(x, t, nu):
@@ -170,7 +169,7 @@ class _Recorder(eqx.Module):
 
 def test_stage_targets_hold_the_boundary_value():
     """Every stage target of a step is 0 on the boundary rows and the RK target elsewhere."""
-    eq = make_config("equation=heat_disk").equation
+    eq = make_equation("heat_disk")
     quad = eq.quadrature(8)
     net = TENGNet(dim=2, periodic=False, key=jax.random.PRNGKey(0))
     space = ParamSpace(net)
@@ -206,9 +205,8 @@ def test_disk_save_npz_and_script(tmp_path, disk):
     with np.load(tmp_path / "a.npz") as data:
         assert data["u"].shape == (2, 64) and data["x"].shape == (64, 2)
         np.testing.assert_allclose(data["u"][0], disk.u0(data["x"].T), atol=1e-14)
-    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "reference.py"), "equation=heat_disk",
-                           "t_final=0.5", "grid=16", "out=ref.npz", "cache_dir=false"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_script("reference.py", "equation=heat_disk", "t_final=0.5", "grid=16", "out=ref.npz",
+                      "cache_dir=false", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     with np.load(tmp_path / "ref.npz") as data:
         np.testing.assert_allclose(data["u"][0], disk.reference([0.5]).values(0, 16), rtol=0, atol=1e-15)

@@ -6,7 +6,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import make_config
 
 from teng_eq import initial_fit
 from teng_eq.initial_fit import FitReport, resolve_init

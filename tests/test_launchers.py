@@ -5,8 +5,11 @@ submitit processes on a fresh SQLite store (no race on its creation), and a real
 
 import numpy as np
 import pytest
-from conftest import Server, all_runs, run_sweep
+from helpers.mlflow_store import all_runs
+from helpers.processes import run_sweep
 from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.e2e  # pipeline/sweep.py (and an mlflow server) in subprocesses
 
 
 def _check_sweep(uri, n_jobs=2):
@@ -41,20 +44,8 @@ def test_parallel_launcher_on_a_fresh_store(tmp_path, warm_cache, launcher):
     _check_sweep(uri)
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    """A real ``mlflow server`` on a free local port with its own SQLite store
-    (:class:`conftest.Server`), stopped at teardown."""
-    server = Server(tmp_path)
-    server.start()
-    try:
-        yield server.url, server.artifacts
-    finally:
-        server.stop()
-
-
 def test_sweep_against_a_remote_mlflow_server(tmp_path, warm_cache, mlflow_server):
-    url, artifact_dir = mlflow_server
+    url, artifact_dir = mlflow_server.url, mlflow_server.artifacts
     run_sweep(tmp_path, url, warm_cache, "dt=0.02,0.04")
     jobs = _check_sweep(url)
     # The artifacts went over HTTP into the server's own artifact store.

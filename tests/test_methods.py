@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import make_config, small
+from helpers.stops import Stop, stop_at
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
@@ -277,8 +278,8 @@ def test_method_options_are_checked(method, override, key):
 
 # --- whole runs ------------------------------------------------------------------------------
 
-SMALL = ["equation=heat", "equation.initial_condition=sines2d", "grid=32", "eval_grid=64",
-         "dt=0.02", "t_final=0.08"]
+#: Heat, 4 steps of the small run.
+SHORT = ["equation=heat", "dt=0.02", "t_final=0.08"]
 
 
 @pytest.mark.parametrize("method, overrides, tolerance", [
@@ -291,7 +292,7 @@ SMALL = ["equation=heat", "equation.initial_condition=sines2d", "grid=32", "eval
                    "method.block=10"], 1e-3),
 ])
 def test_baseline_runs_track_exact_heat(warm_cache, method, overrides, tolerance):
-    cfg = make_config(*SMALL, f"method={method}", *overrides)
+    cfg = small(*SHORT, f"method={method}", *overrides)
     r = run_simulation(cfg, cache_dir=warm_cache)
     assert r.rel_l2.shape == (5,) and np.all(np.isfinite(r.rel_l2))
     assert r.global_rel_l2 < tolerance, r.rel_l2
@@ -302,10 +303,6 @@ def test_baseline_runs_track_exact_heat(warm_cache, method, overrides, tolerance
         assert r.fit_report is not None and r.rel_l2[0] < 1e-5  # the shared θ₀
     else:
         assert r.fit_report is None and r.step_loss[-1] < r.step_loss[0]  # training went down
-
-
-class _Killed(Exception):
-    """Stands for a kill after a step was reported."""
 
 
 @pytest.mark.parametrize("method, overrides", [
@@ -319,16 +316,11 @@ def test_baseline_resumed_from_a_checkpoint_ends_where_the_uninterrupted_run_doe
     """Stopped after step 3 with checkpoints every 2 steps (the callback raises, as a
     signal's stop does: the step it reported is saved first), the run resumes from
     step 3's state (the optimiser's included) and ends at the θ of a run never stopped."""
-    cfg = make_config(*SMALL, f"method={method}", *overrides)
+    cfg = small(*SHORT, f"method={method}", *overrides)
     whole = run_simulation(cfg, cache_dir=warm_cache)
     store = CheckpointStore(tmp_path / "c.npz", {"run": method})
-
-    def kill_after_3(rec):
-        if rec.step == 3:
-            raise _Killed
-
-    with pytest.raises(_Killed):
-        run_simulation(cfg, cache_dir=warm_cache, on_step=kill_after_3, checkpoints=store, checkpoint_every=2)
+    with pytest.raises(Stop):
+        run_simulation(cfg, cache_dir=warm_cache, on_step=stop_at(3), checkpoints=store, checkpoint_every=2)
     resumed = run_simulation(cfg, cache_dir=warm_cache, checkpoints=store, checkpoint_every=2)
     assert resumed.resumed_from == 3
 

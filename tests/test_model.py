@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import make_config
 
 from teng_eq.grid import grid_points
 from teng_eq.model import ParamSpace, TENGNet, parameter_count

@@ -3,9 +3,6 @@ one valid job per cell, a global-in-time method logs its blocks and its error cu
 like any run, and PINN-ENGD on another equation stops with one line."""
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -13,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CONF, ROOT, TINY, all_runs, make_config, run_sweep
+from helpers.configs import CONF, TINY_SWEEP_NO_GRID, make_config
+from helpers.mlflow_store import history, job_runs
+from helpers.processes import job_env, run_script, run_sweep
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
@@ -59,26 +58,25 @@ def test_table1_presets_compose_one_valid_job_per_cell(preset):
     ("obti_adam", "heat_disk", "needs a periodic domain (it has no boundary term)"),
     ("tdvp_rk4", "heat_disk", "needs a periodic domain (it has no boundary term)"),
 ])
+@pytest.mark.e2e
 def test_a_method_on_an_equation_it_does_not_run_stops_in_one_line(tmp_path, method, equation, why):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "sweep.py"), f"method={method}",
-                           f"equation={equation}", f"tracking_uri={uri}"],
-                          check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")})
+    proc = run_script("sweep.py", f"method={method}", f"equation={equation}", f"tracking_uri={uri}",
+                      cwd=tmp_path, env=job_env(TENG_EQ_CACHE=str(tmp_path / "cache")))
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last == f"error: invalid config: equation='{equation}': method {method} {why}"
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.e2e
 def test_a_bad_key_in_a_preset_case_stops_the_sweep_before_any_run(tmp_path):
     """The preset's own sweep (hydra.sweeper.params, hydra.mode: MULTIRUN, no ``-m``)
     is expanded and every case validated before Hydra starts: one line, no store."""
-    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "sweep.py"), "experiment=table1_cpu",
-                           "hydra.sweeper.params={table1_case: 'heat-tdvp_rk4,heat-obti_adam'}",
-                           "++method.subsample=0", f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
-                          check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")})
+    proc = run_script("sweep.py", "experiment=table1_cpu",
+                      "hydra.sweeper.params={table1_case: 'heat-tdvp_rk4,heat-obti_adam'}",
+                      "++method.subsample=0", f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                      cwd=tmp_path, env=job_env(TENG_EQ_CACHE=str(tmp_path / "cache")))
     assert proc.returncode != 0
     # Checked as TDVP's key (the first case), not against the default method the
     # command line alone composes to (teng_heun, whose subsample is the top-level one).
@@ -98,21 +96,22 @@ def pinn_table(tmp_path_factory, warm_cache):
     run_sweep(tmp, uri, warm_cache, "experiment=table1_cpu",
               "hydra.sweeper.params={table1_case: 'heat-pinn_bfgs,heat-pinn_engd'}",
               "++method.iterations=20", "++method.block=10", "++method.collocation=256", "++method.initial=16",
-              tiny=[o for o in TINY if not o.startswith("grid=")])
+              tiny=TINY_SWEEP_NO_GRID)
     return tmp, uri
 
 
+@pytest.mark.e2e
 def test_a_pinn_job_logs_blocks_and_its_error_curve(pinn_table, cache_dir, tmp_path):
     _, uri = pinn_table
     client = MlflowClient(uri)
-    jobs = [r for r in all_runs(uri) if r.data.tags.get("run_kind") == "job"]
+    jobs = job_runs(uri)
     assert sorted(r.data.params["method"] for r in jobs) == ["pinn_bfgs", "pinn_engd"]
-    n = round(0.08 / 0.005)  # conftest's TINY horizon, the case's Δt
+    n = round(0.08 / 0.005)  # TINY_SWEEP's horizon, the case's Δt
     for r in jobs:
         rid, m = r.info.run_id, r.data.metrics
         assert r.info.status == "FINISHED"
-        err = sorted(client.get_metric_history(rid, "rel_l2"), key=lambda x: x.step)
-        loss = sorted(client.get_metric_history(rid, "step_loss"), key=lambda x: x.step)
+        err = history(client, rid, "rel_l2")
+        loss = history(client, rid, "step_loss")
         assert [x.step for x in err] == list(range(n + 1)) and [x.step for x in loss] == [1, 2]
         assert loss[1].value < loss[0].value and m["final_rel_l2"] == err[-1].value
         table = pd.read_csv(client.download_artifacts(rid, "tables/losses.csv", str(tmp_path)))
@@ -130,12 +129,11 @@ def test_a_pinn_job_logs_blocks_and_its_error_curve(pinn_table, cache_dir, tmp_p
         assert math.isclose(math.sqrt(err / norm), m["final_rel_l2"], rel_tol=1e-8)
 
 
+@pytest.mark.e2e
 def test_analyze_puts_the_pinns_in_table1_order(pinn_table):
     tmp, uri = pinn_table
     out = Path(tmp) / "report"
-    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "analyze.py"), f"tracking_uri={uri}",
-                           f"out={out}", "mlflow=false"],
-                          check=False, capture_output=True, text=True, timeout=300, cwd=tmp)
+    proc = run_script("analyze.py", f"tracking_uri={uri}", f"out={out}", "mlflow=false", cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     wide = (out / "table.md").read_text().split("method × equation")[1]
     assert wide.index("| pinn_engd |") < wide.index("| pinn_bfgs |")

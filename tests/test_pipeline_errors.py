@@ -2,22 +2,19 @@
 and leave no run behind in MLflow. Every check is in test_config.py (through
 the same entry point, in-process); these run the script for real on a few."""
 
-import os
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from helpers.processes import SWEEP, job_env, run_script
+
+pytestmark = pytest.mark.e2e  # pipeline/sweep.py in a subprocess
 
 
 def _sweep(tmp_path, *overrides, flags=()):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "TENG_EQ_CACHE": str(tmp_path / "cache")}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "pipeline" / "sweep.py"), *flags, f"tracking_uri={uri}",
-         f"hydra.sweep.dir={tmp_path / 'multirun'}", *overrides],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False,
-    )
+    return run_script("sweep.py", *flags, f"tracking_uri={uri}", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+                      *overrides, cwd=tmp_path, env=job_env(TENG_EQ_CACHE=str(tmp_path / "cache")))
 
 
 @pytest.mark.parametrize(
@@ -60,9 +57,9 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def test_a_missing_dependency_is_named_with_what_to_do(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_DIFFRAX, str(ROOT / "pipeline" / "sweep.py"), "-m", "dt=0.005,0.02",
+        [sys.executable, "-c", _WITHOUT_DIFFRAX, str(SWEEP), "-m", "dt=0.005,0.02",
          f"tracking_uri={uri}", f"cache_dir={tmp_path / 'cache'}"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=job_env(), check=False)
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert proc.returncode != 0 and lines == [
         "error: invalid config: method.impl='teng_eq.methods.teng:TENG': cannot import it: No module named "

@@ -2,14 +2,13 @@
 per job, each child holding every metric and artifact; analyze.py reads it back."""
 
 import math
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, all_runs, run_sweep
+from helpers.mlflow_store import all_runs, history, job_runs
+from helpers.processes import run_script, run_sweep
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
@@ -26,16 +25,14 @@ ARTIFACTS = {
     "plots/density.png", "tables/losses.csv", "params/theta.eqx",
 }
 
+pytestmark = pytest.mark.e2e  # pipeline/sweep.py in a subprocess
+
 
 def _artifacts(client, run_id, path=None):
     out = set()
     for a in client.list_artifacts(run_id, path):
         out |= _artifacts(client, run_id, a.path) if a.is_dir else {a.path}
     return out
-
-
-def _history(client, run_id, key):
-    return sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +78,13 @@ def test_jobs_keep_their_compiled_programs_in_the_run_cache(sweep_store, warm_ca
 def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir, tmp_path):
     _, uri = sweep_store
     client = MlflowClient(uri)
-    for r in (r for r in all_runs(uri) if r.data.tags.get("run_kind") == "job"):
+    for r in job_runs(uri):
         rid, p, m = r.info.run_id, r.data.params, r.data.metrics
         dt, iters = float(p["dt"]), int(p["iters"])
         n = round(0.08 / dt)
-        err = _history(client, rid, "rel_l2")
-        loss = _history(client, rid, "step_loss")
-        wall = _history(client, rid, "wall_time_s")
+        err = history(client, rid, "rel_l2")
+        loss = history(client, rid, "step_loss")
+        wall = history(client, rid, "wall_time_s")
         assert [x.step for x in err] == list(range(n + 1))
         assert [x.step for x in loss] == [x.step for x in wall] == list(range(1, n + 1))
         assert all(a.value < b.value for a, b in zip(wall, wall[1:]))
@@ -102,7 +99,7 @@ def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir,
         # iterations, each row the loss after k iterations (k = 0 … iterations run).
         table = pd.read_csv(client.download_artifacts(rid, "tables/losses.csv", str(tmp_path)))
         assert list(table.columns) == ["step", "t", "stage", "iteration", "loss", "lsq"]
-        used = [int(x.value) for x in _history(client, rid, "iterations")]
+        used = [int(x.value) for x in history(client, rid, "iterations")]
         assert all(4 <= k <= iters + int(p["iters_later"]) for k in used)
         assert len(table) == sum(used) + 2 * n
         # The fixed policy returns a stage's last iterate, the adaptive one its best.
@@ -110,7 +107,7 @@ def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir,
         final = final.last() if p["stopping.policy"] == "fixed" else final.min()
         np.testing.assert_allclose(final, [x.value for x in loss], rtol=1e-12)
         np.testing.assert_allclose(table.groupby("step")["t"].first(), np.arange(1, n + 1) * dt, rtol=1e-9)
-        assert [x.step for x in _history(client, rid, "holdout_loss")] == list(range(1, n + 1))
+        assert [x.step for x in history(client, rid, "holdout_loss")] == list(range(1, n + 1))
         # (32² nodes are few for 8,361 parameters: the held-out loss may read ~100× the
         # training loss here, a warning; it is ~1× on the default 64² grid.)
         assert r.data.tags["holdout_flag"] in ("ok", "warn") and m["holdout_ratio_max"] < 1e4
@@ -129,13 +126,11 @@ def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir,
 def test_analyze_tabulates_the_sweep_from_its_own_mlflow_data(sweep_store):
     tmp, uri = sweep_store
     out = tmp / "report"
-    proc = subprocess.run([sys.executable, str(ROOT / "pipeline" / "analyze.py"), f"tracking_uri={uri}",
-                           f"out={out}"], capture_output=True, text=True, timeout=300, cwd=tmp)
+    proc = run_script("analyze.py", f"tracking_uri={uri}", f"out={out}", cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ("error_vs_runtime.png", "error_vs_dt.png", "error_vs_time.png", "table.md", "table.csv"):
         assert (out / name).stat().st_size > 0
-    jobs = {(float(r.data.params["dt"]), int(r.data.params["iters"])): r
-            for r in all_runs(uri) if r.data.tags.get("run_kind") == "job"}
+    jobs = {(float(r.data.params["dt"]), int(r.data.params["iters"])): r for r in job_runs(uri)}
     table = pd.read_csv(out / "table.csv")
     assert len(table) == 4
     for _, row in table.iterrows():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_config
+from helpers.configs import make_config
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import ROOT
+from helpers.configs import ROOT
 
 MAIN_JOB = "pip install -e . && python pipeline/sweep.py -m dt=0.0016,0.005,0.02"
 TESTS = 'pip install -e ".[dev]" && python -m pytest'

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import make_equation
+from helpers.numerics import rel_l2
+from helpers.processes import run_script
 
 from teng_eq.equations.periodic import SQUARE_INITIAL_CONDITIONS, paper_initial_condition
 from teng_eq.grid import grid_axes
@@ -23,13 +22,7 @@ from teng_eq.reference import (
     save_npz,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 TWO_PI = 2.0 * math.pi
-
-
-def make_equation(name, *overrides):
-    """The equation of ``conf/equation/<name>.yaml`` (the paper's ν), as a run builds it."""
-    return make_config(f"equation={name}", *overrides).equation
 
 
 def heat_exact(eq, times, n_modes=64):
@@ -38,10 +31,6 @@ def heat_exact(eq, times, n_modes=64):
 
 #: ETDRK4 on the heat equation (degree 1), to check it against the exact solution.
 HEAT_ETDRK4 = Pseudospectral(degree=1, resolution=((math.inf, 64, 1e-2),))
-
-
-def rel_l2(a, b) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def mesh(m, lengths=(TWO_PI, TWO_PI)):
@@ -284,18 +273,9 @@ def test_save_npz(tmp_path):
 # --- pipeline/reference.py -------------------------------------------------------------
 
 
-def run_script(cwd, *overrides):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "pipeline" / "reference.py"), *overrides],
-        cwd=cwd, capture_output=True, text=True, timeout=300, check=False,
-    )
-
-
 def test_script_writes_npz(tmp_path):
-    proc = run_script(
-        tmp_path, "equation=allen_cahn", "t_final=0.1", "save_times=[0.05,0.1]", "grid=64",
-        "out=ref.npz", "n=32", f"cache_dir={tmp_path / 'cache'}",
-    )
+    proc = run_script("reference.py", "equation=allen_cahn", "t_final=0.1", "save_times=[0.05,0.1]", "grid=64",
+                      "out=ref.npz", "n=32", f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     with np.load(tmp_path / "ref.npz") as data:
         np.testing.assert_array_equal(data["t"], [0.05, 0.1])
@@ -307,7 +287,7 @@ def test_script_writes_npz(tmp_path):
 
 
 def test_script_rejects_save_times_outside_horizon(tmp_path):
-    proc = run_script(tmp_path, "t_final=0.1", "save_times=[0.05,0.2]", "cache_dir=false")
+    proc = run_script("reference.py", "t_final=0.1", "save_times=[0.05,0.2]", "cache_dir=false", cwd=tmp_path)
     assert proc.returncode != 0
     assert "save_times" in proc.stderr and "0.2" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -315,6 +295,6 @@ def test_script_rejects_save_times_outside_horizon(tmp_path):
 
 
 def test_script_rejects_a_bad_equation_value(tmp_path):
-    proc = run_script(tmp_path, "equation.nu=-1", "cache_dir=false")
+    proc = run_script("reference.py", "equation.nu=-1", "cache_dir=false", cwd=tmp_path)
     assert proc.returncode != 0
     assert "equation.nu=-1" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

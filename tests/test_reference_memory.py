@@ -8,7 +8,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import make_config, make_equation
 
 from teng_eq.reference import Pseudospectral, reference_solution
 from teng_eq.reference.etdrk4 import spectrum_bytes
@@ -19,7 +19,7 @@ SPECTRUM = spectrum_bytes((N, N))  # 32 × 17 complex128 = 8,704 bytes
 
 @pytest.fixture(scope="module")
 def burgers():
-    return make_config("equation=burgers").equation
+    return make_equation("burgers")
 
 
 def scheme(spectra: float) -> Pseudospectral:

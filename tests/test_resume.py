@@ -8,13 +8,14 @@ driver's test method, which reaches a NaN in seconds)."""
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, TINY, all_runs, make_config
-from fake_methods import TOY
+from helpers.configs import TINY_SWEEP, TINY_SWEEP_NO_GRID, make_config
+from helpers.fake_methods import TOY
+from helpers.mlflow_store import all_runs
+from helpers.processes import job_env, sweep_command
 from mlflow.tracking import MlflowClient
 
 from teng_eq.simulation import run_simulation
@@ -24,17 +25,7 @@ from teng_eq.tracking import is_stale
 KILLED_SWEEP = ["dt=0.04,0.02,0.004", "checkpoint_every=2"]
 SIGKILL_AFTER = 5  # rel_l2 points of job 2 in the store (steps 0..4)
 
-
-def _command(tmp, uri, cache, *overrides, tiny=TINY):
-    return [sys.executable, str(ROOT / "pipeline" / "sweep.py"), "-m", *tiny, f"tracking_uri={uri}",
-            f"cache_dir={cache}", f"hydra.sweep.dir={tmp / 'multirun'}", *overrides]
-
-
-def _env():
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "tests"), env.get("PYTHONPATH")) if p)
-    env.pop("TENG_EQ_PARENT_RUN", None)
-    return env
+pytestmark = pytest.mark.e2e  # pipeline/sweep.py in subprocesses
 
 
 def _jobs(runs):
@@ -66,13 +57,13 @@ def _kill_when_job_2_has_logged(proc, tmp, uri, deadline_s=600):
 def killed_then_rerun(tmp_path_factory, warm_cache):
     tmp = tmp_path_factory.mktemp("killed")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    cmd = _command(tmp, uri, warm_cache, *KILLED_SWEEP)
+    cmd = sweep_command(tmp, uri, warm_cache, *KILLED_SWEEP)
     with open(tmp / "first.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=tmp, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=tmp, env=job_env(), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         _kill_when_job_2_has_logged(proc, tmp, uri)
     before = all_runs(uri)
-    second = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True, timeout=900,
+    second = subprocess.run(cmd, cwd=tmp, env=job_env(), capture_output=True, text=True, timeout=900,
                             check=False)
     assert second.returncode == 0, second.stderr[-4000:]
     return uri, before, all_runs(uri), second
@@ -97,7 +88,7 @@ def test_killed_job_resumes_into_its_own_run_with_the_uninterrupted_result(kille
         steps = [m.step for m in client.get_metric_history(job.info.run_id, key)]
         assert len(steps) == len(set(steps)), key
     assert sorted(m.step for m in client.get_metric_history(job.info.run_id, "rel_l2")) == list(range(21))
-    whole = run_simulation(make_config(*TINY, "dt=0.004"), cache_dir=warm_cache)
+    whole = run_simulation(make_config(*TINY_SWEEP, "dt=0.004"), cache_dir=warm_cache)
     assert job.data.metrics["global_rel_l2"] == pytest.approx(whole.global_rel_l2, rel=1e-12, abs=0)
     loss = sorted(client.get_metric_history(job.info.run_id, "step_loss"), key=lambda m: m.step)
     np.testing.assert_allclose([m.value for m in loss], whole.step_loss, rtol=1e-12, atol=0)
@@ -120,14 +111,13 @@ def test_rerun_skips_the_finished_jobs_and_closes_the_same_parent(killed_then_re
 
 
 def test_diverging_job_fails_alone_and_the_multirun_reports_it(tmp_path, cache_dir):
-    # The driver's cheap test method (fake_methods.Toy, no θ₀) turns NaN at
+    # The driver's cheap test method (helpers.fake_methods.Toy, no θ₀) turns NaN at
     # step 3: only the 4-step job (dt=0.02) gets there.
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.run(
-        _command(tmp_path, uri, cache_dir, "dt=0.08,0.04,0.02",
-                 *(o for o in TOY if "nan_at" not in o), "+method.nan_at=3",
-                 tiny=[o for o in TINY if not o.startswith("grid=")]),
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900, check=False)
+        sweep_command(tmp_path, uri, cache_dir, "dt=0.08,0.04,0.02",
+                      *(o for o in TOY if "nan_at" not in o), "+method.nan_at=3", tiny=TINY_SWEEP_NO_GRID),
+        cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode != 0
     reason = "Diverged: teng_heun diverged at step 3 (t=0.06): non-finite rel_l2, step_loss"
     last = proc.stderr.strip().splitlines()[-1]

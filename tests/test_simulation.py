@@ -8,21 +8,18 @@ minutes-long θ₀ fit and is exercised by the pipeline's default sweep.
 import jax
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import small
+from helpers.numerics import convergence_order
 
 from teng_eq.driver import lower_step
 from teng_eq.simulation import build_method, run_simulation
 
+#: TENG-Heun on heat, 20 steps. estimate=none: these runs test the steps; the estimate
+#: has tests/test_error_control.py (and costs each run the compilation of its fourth derivatives).
+HEUN = ["equation=heat", "method=teng_heun", "dt=0.02", "t_final=0.4", "subsample_first=512", "subsample=384",
+        "estimate=none"]
 
-def small(*overrides):
-    # estimate=none: these runs test the steps; the estimate has tests/test_error_control.py
-    # (and costs each run the compilation of its fourth derivatives).
-    base = ["equation=heat", "equation.initial_condition=sines2d", "method=teng_heun", "dt=0.02",
-            "t_final=0.4", "grid=32", "eval_grid=64", "subsample_first=512", "subsample=384", "estimate=none"]
-    return make_config(*base, *overrides)
-
-
-heun_run_cfg = small()
+heun_run_cfg = small(*HEUN)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +44,7 @@ def test_heun_run_tracks_exact_heat(heun_run):
 
 
 def test_theta0_is_cached(heun_run, cache_dir):
-    again = run_simulation(small("t_final=0.04"), cache_dir=cache_dir)
+    again = run_simulation(small(*HEUN, "t_final=0.04"), cache_dir=cache_dir)
     assert again.fit_report.cached is True
     assert again.rel_l2[0] == heun_run.rel_l2[0]
 
@@ -63,10 +60,6 @@ def test_stage_tables(heun_run):
         assert final == heun_run.step_loss[n]
 
 
-def _slope(dts, errs):
-    return np.polyfit(np.log(dts), np.log(errs), 1)[0]
-
-
 def test_convergence_orders(cache_dir):
     """TENG-Euler is first order, TENG-Heun second. TENG-RK4's time error is far
     below the optimisation floor, so it is only checked to be below TENG-Heun at
@@ -80,12 +73,13 @@ def test_convergence_orders(cache_dir):
     dts = [0.01, 0.02, 0.04]
     linear = ["network.embedding_activation=identity", "network.init=legacy"]
     errs = {
-        name: [run_simulation(small(f"method=teng_{name}", f"dt={dt}", *linear), cache_dir=cache_dir).rel_l2[-1]
+        name: [run_simulation(small(*HEUN, f"method=teng_{name}", f"dt={dt}", *linear),
+                              cache_dir=cache_dir).rel_l2[-1]
                for dt in dts]
         for name in ("euler", "heun", "rk4")
     }
-    assert abs(_slope(dts, errs["euler"]) - 1) <= 0.3, errs
-    assert abs(_slope(dts, errs["heun"]) - 2) <= 0.3, errs
+    assert abs(convergence_order(dts, errs["euler"]) - 1) <= 0.3, errs
+    assert abs(convergence_order(dts, errs["heun"]) - 2) <= 0.3, errs
     assert all(r < h for r, h in zip(errs["rk4"], errs["heun"])), errs
     assert errs["rk4"][-1] < errs["heun"][-1] / 3, errs
 
@@ -94,7 +88,7 @@ def test_a_run_that_overfits_the_nodes_is_flagged(cache_dir):
     """8² quadrature nodes, 384 parameters drawn, an undamped SVD: the fits
     interpolate the 64 nodes. The held-out check on the cell centres fails the
     run, while its training losses alone look far better than the error is."""
-    cfg = small("grid=8", "holdout.grid=4", "solver=svd", "damping=1e-14", "subsample_first=384",
+    cfg = small(*HEUN, "grid=8", "holdout.grid=4", "solver=svd", "damping=1e-14", "subsample_first=384",
                 "t_final=0.04", "fit.stage1_max_iters=50", "fit.stage2_max_iters=50",
                 "fit.stage2_polish_iters=0")
     r = run_simulation(cfg, cache_dir=cache_dir)
@@ -109,7 +103,7 @@ def test_runs_that_differ_only_in_dt_compile_one_step(cache_dir):
     the same text, and that of another iteration count is not."""
 
     def program(*overrides):
-        cfg = small("t_final=0.04", *overrides)
+        cfg = small(*HEUN, "t_final=0.04", *overrides)
         method = build_method(cfg, cache_dir=cache_dir)
         state, key = method.init(), jax.random.PRNGKey(0)
         takes_dt = method.error_order(cfg.method.options) > 0

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import small
 
 from teng_eq.benchmark import NaiveSolver, naive, solve_flops
 from teng_eq.integrators import HEUN, TENGStep
@@ -21,15 +21,14 @@ from teng_eq.stage import StageSolver
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 
 
-def small():
-    return make_config("equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "dt=0.004",
-                       "t_final=0.2")
+#: 50 steps of the small run.
+STEPS = ["dt=0.004", "t_final=0.2"]
 
 
 @pytest.fixture(scope="module")
 def problem(cache_dir):
     """The run's TENG method (θ₀ fitted), its equation and its fit quadrature."""
-    cfg = small()
+    cfg = small(*STEPS)
     return build_method(cfg, cache_dir=cache_dir), cfg.equation, cfg.equation.quadrature(32)
 
 
@@ -49,7 +48,7 @@ def test_no_recompiles_after_the_first_step(cache_dir):
 
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
-        result = run_simulation(small(), cache_dir=cache_dir,
+        result = run_simulation(small(*STEPS), cache_dir=cache_dir,
                                 on_step=lambda rec: compiles_at.setdefault(rec.step, count[0]))
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
@@ -123,7 +122,7 @@ def test_bench_builds_the_runs_step_at_other_sizes(problem):
     spec = importlib.util.spec_from_file_location("bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    cfg, method = small(), problem[0]
+    cfg, method = small(*STEPS), problem[0]
     o = cfg.method.options
     key = jax.random.PRNGKey(1)
     mine = bench.step_at(method, cfg, o.grid, o.solver, o.subsample_first, o.subsample)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_config
+from helpers.configs import small
 
 from teng_eq.equations import network_operator
 from teng_eq.grid import Quadrature, cell_volume, grid_points, holdout_points
@@ -41,7 +41,7 @@ def heat_step(cache_dir):
     """θ₀ fitted to ``sines2d`` on a 32² grid, and the heat Euler target û + Δt L[û]
     on the 96² grid: more nodes (9,216) than the network has parameters (8,361), so
     that a stage's loss is a well-posed fit's, not round-off of an interpolation."""
-    cfg = make_config("equation.initial_condition=sines2d", "grid=32", "eval_grid=64", "t_final=0.4")
+    cfg = small("t_final=0.4")
     method = build_method(cfg, cache_dir=cache_dir)
     p = Problem(cfg.equation, method.space, method.theta0, cfg.equation.quadrature(96))
     u = p.space.apply(p.theta0, p.points)

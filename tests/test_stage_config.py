@@ -3,7 +3,7 @@
 import inspect
 
 import pytest
-from conftest import make_config
+from helpers.configs import make_config
 
 from teng_eq.errors import ConfigError
 from teng_eq.stage import FIXED, StageSolver

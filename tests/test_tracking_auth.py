@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 
 import pytest
-from conftest import ROOT, TINY, Server
-from fake_methods import TOY
+from helpers.configs import TINY_SWEEP_NO_GRID
+from helpers.fake_methods import TOY
+from helpers.mlflow_store import Server
+from helpers.processes import job_env, sweep_command
 from mlflow.tracking import MlflowClient
 
 from teng_eq.tracking.store import EXPERIMENT_KIND
+
+pytestmark = pytest.mark.e2e  # an mlflow server and pipeline/sweep.py in subprocesses
 
 USER = "jobs"
 
@@ -47,14 +49,11 @@ def server(tmp_path_factory):
 
 
 def _job(tmp_path, url: str, **credentials: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
-    env.update(credentials, OPENBLAS_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        p for p in (str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p))
-    env.pop("TENG_EQ_PARENT_RUN", None)
-    toy = [o for o in TINY if not o.startswith("grid=")] + TOY
-    cmd = [sys.executable, str(ROOT / "pipeline" / "sweep.py"), "-m", *toy, "dt=0.02", f"tracking_uri={url}",
-           f"cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'multirun'}", "experiment_name=auth"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    """A one-job sweep of the Toy method; the credentials of its environment are ``credentials`` alone."""
+    cmd = sweep_command(tmp_path, url, tmp_path / "cache", "dt=0.02", "experiment_name=auth",
+                        tiny=[*TINY_SWEEP_NO_GRID, *TOY])
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=job_env(drop=["MLFLOW_TRACKING_"], **credentials), check=False)
 
 
 def test_a_request_without_credentials_is_refused(server):

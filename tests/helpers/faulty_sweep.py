@@ -1,4 +1,5 @@
-"""pipeline/sweep.py on a disk that fills up at a chosen write, for test_faults.
+"""pipeline/sweep.py on a disk that fills up at a chosen write, for test_faults
+(``python tests/helpers/faulty_sweep.py <sweep.py's arguments>``).
 
 ``FAULTY_WRITE=checkpoint:<n>``: the n-th checkpoint file this process writes gets
 half its bytes, then ``OSError(ENOSPC)`` — at the write itself
@@ -6,18 +7,24 @@ half its bytes, then ``OSError(ENOSPC)`` — at the write itself
 ``FAULTY_WRITE=artifact:<n>``: the n-th artifact MLflow copies into the store
 raises ``OSError(ENOSPC)``. Everything else is the real script."""
 
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Run as a script, this folder would be sys.path[0], its modules (configs, processes, …)
+# importable under top-level names; the real script's folder takes its place, as when
+# pipeline/sweep.py is run itself.
+sys.path[0] = str(ROOT / "pipeline")
+
 import errno
 import io
 import os
 import runpy
-import sys
-from pathlib import Path
 
 import mlflow.tracking
 
 import teng_eq.cache
 
-ROOT = Path(__file__).resolve().parents[1]
 KIND, NTH = os.environ["FAULTY_WRITE"].split(":")
 count = 0
 

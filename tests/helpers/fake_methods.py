@@ -1,5 +1,5 @@
-"""Methods for the driver's tests, named by ``method.impl=fake_methods:…`` (this
-folder is on the path of the tests and of the jobs they start).
+"""Methods for the driver's tests, named by ``method.impl=helpers.fake_methods:…``
+(tests/ is on the path of the tests and of the jobs they start: helpers.processes.job_env).
 
 * :class:`Toy`: no network fit, a state that is a pytree of a float vector and an
   integer counter, random draws from the step's key, a loss that grows by
@@ -22,12 +22,14 @@ import jax.numpy as jnp
 from teng_eq.methods.base import Method
 from teng_eq.results import StepRecord
 
+#: TENG's keys of the default method group (teng_heun), which a fake method does not take.
+_NOT_TENG = [f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first", "subsample",
+                                          "solver", "damping", "stopping", "holdout", "grid", "network", "fit",
+                                          "warm_start", "warm_rate")]
+
 #: Overrides that turn the default method group (teng_heun) into :class:`Toy`: its
 #: class, its two keys, and none of TENG's.
-TOY = ["method.impl=fake_methods:Toy", "+method.growth=1.5", "+method.nan_at=0",
-       *(f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first", "subsample",
-                                      "solver", "damping", "stopping", "holdout", "grid", "network", "fit",
-                                      "warm_start", "warm_rate"))]
+TOY = ["method.impl=helpers.fake_methods:Toy", "+method.growth=1.5", "+method.nan_at=0", *_NOT_TENG]
 
 
 class Toy(Method):
@@ -72,10 +74,7 @@ class Toy(Method):
 
 
 #: :class:`Decay` in place of the default method group, as :data:`TOY` does for :class:`Toy`.
-DECAY = ["method.impl=fake_methods:Decay", "+method.constant=0.5",
-         *(f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first", "subsample",
-                                        "solver", "damping", "stopping", "holdout", "grid", "network", "fit",
-                                        "warm_start", "warm_rate"))]
+DECAY = ["method.impl=helpers.fake_methods:Decay", "+method.constant=0.5", *_NOT_TENG]
 
 
 class Decay(Method):
