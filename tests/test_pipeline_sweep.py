@@ -39,12 +39,12 @@ def _artifacts(client, run_id, path=None):
 def sweep_store(tmp_path_factory, warm_cache):
     tmp = tmp_path_factory.mktemp("sweep")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    run_sweep(tmp, uri, warm_cache, "dt=0.02,0.04", "iters=3,7")
-    return tmp, uri
+    proc = run_sweep(tmp, uri, warm_cache, "dt=0.02,0.04", "iters=3,7")
+    return tmp, uri, proc.stdout
 
 
 def test_multirun_is_one_parent_with_a_child_per_job(sweep_store):
-    _, uri = sweep_store
+    _, uri, stdout = sweep_store
     runs = all_runs(uri)
     (parent,) = [r for r in runs if r.data.tags.get("run_kind") == "sweep"]
     jobs = [r for r in runs if r.data.tags.get("run_kind") == "job"]
@@ -65,6 +65,11 @@ def test_multirun_is_one_parent_with_a_child_per_job(sweep_store):
         assert len(t["git_commit"]) == 40 and t["git_dirty"] in ("True", "False")
         assert t["jax_version"] == jax.__version__ and t["device"].startswith("cpu")
         assert t["theta0_cached"] == "True"  # warm_cache's θ₀ is the one a job would fit
+    # Its last line: where MLflow's UI shows its runs table (the experiment, not the GenAI overview).
+    exp = MlflowClient(uri).get_experiment(parent.info.experiment_id)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert stdout.strip().splitlines()[-1] == (f"runs: mlflow ui --backend-store-uri {uri}, then http://127.0.0.1:5000/"
+                                               f"#/experiments/{exp.experiment_id}?workflowType=machine_learning")
 
 
 def test_jobs_keep_their_compiled_programs_in_the_run_cache(sweep_store, warm_cache):
@@ -76,7 +81,7 @@ def test_jobs_keep_their_compiled_programs_in_the_run_cache(sweep_store, warm_ca
 
 
 def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir, tmp_path):
-    _, uri = sweep_store
+    _, uri, _ = sweep_store
     client = MlflowClient(uri)
     for r in job_runs(uri):
         rid, p, m = r.info.run_id, r.data.params, r.data.metrics
@@ -124,7 +129,7 @@ def test_every_job_holds_its_curves_table_and_parameters(sweep_store, cache_dir,
 
 
 def test_analyze_tabulates_the_sweep_from_its_own_mlflow_data(sweep_store):
-    tmp, uri = sweep_store
+    tmp, uri, _ = sweep_store
     out = tmp / "report"
     proc = run_script("analyze.py", f"tracking_uri={uri}", f"out={out}", cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -150,8 +155,9 @@ def test_analyze_tabulates_the_sweep_from_its_own_mlflow_data(sweep_store):
 
 def test_single_job_is_a_plain_run(tmp_path, warm_cache):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_sweep(tmp_path, uri, warm_cache, "dt=0.04", multirun=False)
+    proc = run_sweep(tmp_path, uri, warm_cache, "dt=0.04", multirun=False)
     (r,) = all_runs(uri)
+    assert proc.stdout.strip().splitlines()[-1].startswith(f"run: mlflow ui --backend-store-uri {uri}, then ")
     assert r.info.status == "FINISHED" and r.data.tags["run_kind"] == "job"
     assert "mlflow.parentRunId" not in r.data.tags and "job_num" not in r.data.tags
     assert r.data.tags["hydra_overrides"].split()[0] == "equation.initial_condition=sines2d"

@@ -17,6 +17,7 @@ from teng_eq.tracking import (
     sweep_hash,
     sweep_jobs,
     tracked_run,
+    ui_address,
 )
 from teng_eq.tracking.store import EXPERIMENT_KIND, ensure_experiment, process_tags
 from teng_eq.tracking.claims import Heartbeat
@@ -28,6 +29,17 @@ def _client(tmp_path):
 
 def test_flatten_nested_config():
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"}) == {"a.b": "1", "a.c": "[1, 2]", "d": "x"}
+
+
+def test_the_address_of_an_experiments_runs_table(tmp_path):
+    """MLflow's UI (3.16 on) opens an experiment on the page its GenAI / Model training
+    switch says (GenAI: an overview of traces); the address carries the switch."""
+    page = "#/experiments/7?workflowType=machine_learning"
+    assert ui_address("http://host:5000/", "7", tmp_path) == f"http://host:5000/{page}"
+    assert ui_address(default_tracking_uri(tmp_path), "7", tmp_path) == \
+        f"mlflow ui (in {tmp_path.resolve()}), then http://127.0.0.1:5000/{page}"
+    assert ui_address("sqlite:////data/m.db", "7", tmp_path) == \
+        f"mlflow ui --backend-store-uri sqlite:////data/m.db, then http://127.0.0.1:5000/{page}"
 
 
 def test_experiments_open_on_their_runs_in_the_ui(tmp_path):
