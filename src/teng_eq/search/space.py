@@ -140,14 +140,16 @@ class Space:
         return {"axes": [dataclasses.asdict(a) for a in self.axes], "fixed": list(self.fixed)}
 
     def check_points(self) -> list[list[str]]:
-        """The jobs the preflight validates: each checked value of each axis with the
-        others at the config's own values, then the corners of all-first and all-last
-        values (the largest subsample with the most iterations and the smallest Δt)."""
-        jobs = [[*self.fixed, f"{axis.key}={value}"] for axis in self.axes for value in axis.checked_values()]
-        if len(self.axes) > 1:
-            for pick in (0, -1):
-                jobs.append([*self.fixed, *(f"{a.key}={a.checked_values()[pick]}" for a in self.axes)])
-        return jobs
+        """The jobs the preflight validates: job ``i`` takes the ``i``-th checked value of
+        every axis (an axis with fewer starts over), so that each value is checked once
+        in as many jobs as the longest axis has values (composing a job is what costs);
+        job 0 is the corner of every axis's first value, and one more the corner of the
+        last values (the most iterations with the largest subsample and the smallest Δt)."""
+        values = [a.checked_values() for a in self.axes]
+        points = [[v[i % len(v)] for v in values] for i in range(max(map(len, values)))]
+        if [v[-1] for v in values] not in points:
+            points.append([v[-1] for v in values])
+        return [[*self.fixed, *(f"{a.key}={v}" for a, v in zip(self.axes, point))] for point in points]
 
 
 def _bad(line: str, why: str):
