@@ -198,7 +198,7 @@ def test_the_same_command_continues_the_study_losing_and_repeating_nothing(inter
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "step_loss")]
     assert sorted(steps) == list(range(1, 17))  # dt=0.005: 16 steps, each logged once
     assert "trial 0 was left unfinished (its run" in t["second_log"] and "resuming it" in t["second_log"]
-    assert f"3 trials: 3 complete" in t["second_log"] and "3 trial runs: 3 FINISHED" in t["second_log"]
+    assert "3 trials: 3 complete" in t["second_log"] and "3 trial runs: 3 FINISHED" in t["second_log"]
     sweeps = [r for r in all_runs(f"sqlite:///{t['tmp'] / 'mlflow.db'}") if r.data.tags["run_kind"] == "sweep"]
     assert len(sweeps) == 1 and sweeps[0].info.status == "FINISHED"  # one parent, reopened
 

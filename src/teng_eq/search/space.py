@@ -170,7 +170,7 @@ def axis_of(override: Override) -> Axis:
     tags = set(getattr(value, "tags", set()))
     unknown = tags - {"log", "int"}
     if unknown:
-        _bad(line, f"unknown tag {sorted(unknown)[0]!r} (known: log, int)")
+        _bad(line, f"unknown tag {min(unknown)!r} (known: log, int)")
     if isinstance(value, RangeSweep):
         start, stop, step = value.start, value.stop, value.step
         if all(isinstance(v, int) for v in (start, stop, step)):

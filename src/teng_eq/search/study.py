@@ -23,6 +23,7 @@ from teng_eq.errors import ConfigError
 from teng_eq.options import BOOKKEEPING
 from teng_eq.search.space import Space
 
+
 def default_storage(tracking_uri: str, root: Path) -> str:
     """``sqlite:///<folder>/optuna.db`` beside a SQLite MLflow store; beside the repo
     root's default store for any other (a server)."""

@@ -348,4 +348,4 @@ def _live_trial(study, frozen):
     for trials it asks for; this one was asked by an earlier invocation, or earlier here)."""
     from optuna.trial import Trial
 
-    return Trial(study, frozen._trial_id)  # noqa: SLF001 - the id of a stored trial; no public accessor
+    return Trial(study, frozen._trial_id)
