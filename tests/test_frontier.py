@@ -246,3 +246,15 @@ def test_analyze_draws_and_tables_the_front_of_every_trial(interrupted_then_cont
     (best,) = analysis.cheapest_below(table, 100).itertuples()
     assert best.runtime_s == table.loc[table["global_rel_l2"] <= 100, "runtime_s"].min()
     assert f"Cheapest run with global rel. L² error ≤ 100: source={best.source} trial={best.trial} " in md
+
+
+def test_the_fronts_table_shows_every_searched_key():
+    """A search's points are scattered: a key the other keys happen to fix is still one
+    of its axes (subsample_first here); a copy of a key (method.iters) is not."""
+    df = pd.DataFrame({"run_id": list("abc"), "method": ["teng_heun", "teng_bs3", "teng_bs3"],
+                       "equation": "heat", "dt": [0.005, 0.01, 0.02], "iters": [7, 7, 3],
+                       "method.iters": [7, 7, 3], "subsample_first": [512, 384, 384],
+                       "method.integrator": ["heun", "bs3", "bs3"], "progress": [False] * 3,
+                       "global_rel_l2": [1e-7, 2e-7, 1e-6], "runtime_s": [30.0, 10.0, 5.0]})
+    assert analysis.varied_axes(df) == ["method", "dt"]  # for a grid's labels: dt already tells the runs apart
+    assert analysis.frontier_axes(df) == ["method", "dt", "iters", "subsample_first"]

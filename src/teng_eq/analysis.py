@@ -287,6 +287,20 @@ def run_sources(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"run_id": runs["run_id"].to_numpy(), "source": source, "trial": trial.to_numpy()})
 
 
+def frontier_axes(df: pd.DataFrame) -> list[str]:
+    """The params that vary across a :func:`tidy` frame, every one a search may have
+    drawn: all the top-level ones (:func:`varied_axes` drops those its earlier axes
+    happen to fix, which in a search's scattered points is most of them), and the
+    dotted ones the top-level ones do not fix (``method.integrator`` is ``method``'s)."""
+    skip = BOOKKEEPING | {"run_id", "experiment_id", "pareto", *METRICS}
+    filled = df[[c for c in df.columns if c not in skip]].astype(str)
+    varied = [c for c in filled.columns if filled[c].nunique() > 1]
+    top = [c for c in LEADING if c in varied] + sorted(c for c in varied if "." not in c and c not in LEADING)
+    dotted = sorted(c for c in varied if "." in c
+                    and (not top or filled.groupby(top)[c].nunique().max() > 1))
+    return top + dotted
+
+
 def frontier_table(df: pd.DataFrame, sources: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     """Every run of a :func:`tidy` frame (with ``pareto``: on its equation's front) with
     its source and trial (:func:`run_sources`) and the varied ``axes``, by equation and

@@ -130,7 +130,7 @@ def write_frontier(df: pd.DataFrame, jobs: pd.DataFrame, runs: pd.DataFrame, out
     trials): frontier.png (dominated points marked), frontier.csv (every run, with its
     source: a study's trial or a sweep's job) and frontier.md (the front, and the
     cheapest run reaching ``target``)."""
-    table = analysis.frontier_table(df, analysis.run_sources(jobs), analysis.varied_axes(df))
+    table = analysis.frontier_table(df, analysis.run_sources(jobs), analysis.frontier_axes(df))
     panels = {}
     for eq, rows in table.groupby("equation", sort=True):
         title = f"{eq}: {int(rows['pareto'].sum())} of {len(rows)} runs on the front"
@@ -227,9 +227,9 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
     if target is not None:
         for _, best in analysis.cheapest_below(analysis.frontier_table(df, analysis.run_sources(jobs), []),
                                                target).iterrows():
+            trial = "" if pd.isna(best["trial"]) else f" trial {int(best['trial'])}"
             print(f"  {best['equation']}: cheapest with global_rel_l2 <= {target:g}: run {best['run_id']} "
-                  f"({best['source']}{'' if pd.isna(best['trial']) else ' trial ' + str(best['trial'])}), "
-                  f"{best['global_rel_l2']:.3e} in {best['runtime_s']:.4g} s")
+                  f"({best['source']}{trial}), {best['global_rel_l2']:.3e} in {best['runtime_s']:.4g} s")
     print(f"{len(df)} runs; varied: {', '.join(analysis.varied_axes(df)) or 'nothing'}")
     print(f"wrote {', '.join(p.name for p in paths)} to {out}")
     if cfg.mlflow:
