@@ -4,8 +4,8 @@ own sweep included) and checks it with :func:`validate_job`, so that a bad value
 stops the command with one line naming the key, before any compute and before any
 MLflow run exists; each job checks itself again when it starts (:mod:`teng_eq.job`).
 
-With :mod:`teng_eq.search` (the frontier sweeper, on Hydra's ``Sweeper`` API) the one
-library module that imports Hydra (its public compose and override API); the sweep
+A library module that imports Hydra (its public compose and override API; the other
+is :mod:`teng_eq.search`, the frontier sweeper on its ``Sweeper`` API); the sweep
 callback (:mod:`teng_eq.tracking.sweep`) is written against its protocol."""
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
     sweeper, which expands its jobs its own way: then each job checks itself).
     A frontier search (``hydra/sweeper=frontier``) has no list of jobs: its space and
     keys are checked, then the points :meth:`~teng_eq.search.space.Space.check_points`
-    names (every choice, the ends and middle of every range, two corners)."""
+    names (every choice, the ends and middle of every range, and the corner of last values)."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
     overrides = [a for a in argv if not a.startswith("-")]
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):
@@ -255,4 +255,3 @@ def search_space(parser: OverridesParser, base: DictConfig, overrides: list[str]
     params = sw.get("params")
     params = OmegaConf.to_container(params, resolve=True) if params is not None else {}
     return parse_space(parser, params, arguments)
-

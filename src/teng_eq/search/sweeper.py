@@ -296,7 +296,7 @@ class _Search:
               + (f"; parent run {self.parent}" if self.parent else ""))
         best = front(self.study)
         if best:
-            print(f"front ({len(best)} trials, cheapest first):  trial  {e}  {c}  parameters")
+            print(f"front ({len(best)} trial{'s' * (len(best) != 1)}, cheapest first):  trial  {e}  {c}  parameters")
             for t in best:
                 print(f"  {t.number:4d}  {t.values[0]:.3e}  {t.values[1]:.4g}  {describe(t.params)}")
         if self.s.target is None:
