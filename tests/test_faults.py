@@ -27,7 +27,7 @@ import pytest
 from helpers.configs import ROOT, TINY_SWEEP_NO_GRID, make_config
 from helpers.fake_methods import DECAY, TOY
 from helpers.mlflow_store import all_runs, job_runs
-from helpers.processes import job_env, sweep_command
+from helpers.processes import finish, job_env, run_logged, start, sweep_command
 from mlflow.tracking import MlflowClient
 
 from teng_eq import interrupts
@@ -50,30 +50,6 @@ def _command(tmp: Path, uri: str, cache: Path, *overrides: str, progress: bool =
     """:func:`helpers.processes.sweep_command` on :data:`TOY_TINY`, with or without progress bars."""
     toy = [o for o in TOY_TINY if not o.startswith("progress=")] + [f"progress={str(progress).lower()}"]
     return sweep_command(tmp, uri, cache, *overrides, tiny=toy, **kw)
-
-
-def _start(cmd: list[str], tmp: Path, name: str) -> subprocess.Popen:
-    out = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - closed with the process (_finish)
-    proc = subprocess.Popen(cmd, cwd=tmp, env=job_env(), stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    proc.log_file = out
-    return proc
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    """Wait for ``proc``; its exit status and output."""
-    try:
-        proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        proc.log_file.close()
-    return proc.returncode, Path(proc.log_file.name).read_text()
-
-
-def _run(cmd: list[str], tmp: Path, name: str, timeout: float = 300) -> tuple[int, str]:
-    return _finish(_start(cmd, tmp, name), timeout)
 
 
 def _wait_for_steps(uri: str, proc: subprocess.Popen, steps: int, deadline_s: float = 240,
@@ -132,16 +108,16 @@ def terminated_then_resumed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sigterm")
     uri, cache = f"sqlite:///{tmp / 'mlflow.db'}", tmp / "cache"
     cmd = _command(tmp, uri, cache, DT, *_slow(0.25))
-    proc = _start(cmd, tmp, "first")
+    proc = start(cmd, tmp, "first")
     job = _wait_for_steps(uri, proc, 6, started=tmp / "multirun" / "0")
     os.kill(proc.pid, signal.SIGTERM)
-    code, first_log = _finish(proc)
+    code, first_log = finish(proc)
     before = all_runs(uri)
     checkpoint = CheckpointStore.for_run(job.data.tags["config_hash"], job.info.run_id, directory=cache)
     step = json.loads(str(np.load(checkpoint.path)["info"]))["step"]
     logged = sorted(m.step for m in MlflowClient(uri).get_metric_history(job.info.run_id, "step_loss"))
     # Again, with the progress display a person sees.
-    second_code, second_log = _run(_command(tmp, uri, cache, DT, *_slow(0.25), progress=True), tmp, "second")
+    second_code, second_log = run_logged(_command(tmp, uri, cache, DT, *_slow(0.25), progress=True), tmp, "second")
     return {"uri": uri, "cache": cache, "code": code, "log": first_log, "before": before, "step": step,
             "logged": logged, "second_code": second_code, "second_log": second_log, "after": all_runs(uri),
             "run_id": job.info.run_id}
@@ -207,10 +183,10 @@ def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
     decay = [o for o in TOY_TINY if not o.startswith(("method.", "+method.", "~method."))] + DECAY
     cmd = sweep_command(tmp_path, uri, cache, "dt=auto", "t_final=0.5", "controller.rtol=1e-3", "controller.atol=0",
                         "controller.dt_initial=0.01", "+method.delay=0.25", tiny=decay)
-    proc = _start(cmd, tmp_path, "first")
+    proc = start(cmd, tmp_path, "first")
     job = _wait_for_steps(uri, proc, 3, started=tmp_path / "multirun" / "0")
     os.kill(proc.pid, signal.SIGTERM)
-    code, log = _finish(proc)
+    code, log = finish(proc)
     assert code == 128 + signal.SIGTERM, log[-3000:]
     (job,) = job_runs(uri)
     reason = job.data.tags["killed_reason"]
@@ -219,7 +195,7 @@ def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
     step, t = int(match[1]), float(match[2])
     times = {m.step: m.value for m in MlflowClient(uri).get_metric_history(job.info.run_id, "t")}
     assert step >= 3 and times[step] == pytest.approx(t, rel=1e-5)
-    code, log = _run([*cmd, "progress=true"], tmp_path, "second")
+    code, log = run_logged([*cmd, "progress=true"], tmp_path, "second")
     assert code == 0, log[-3000:]
     assert f"resuming from the checkpoint after step {step} (t={t:.6g})" in log
 
@@ -232,11 +208,11 @@ def test_submitit_preemption_requeues_the_job_which_resumes(tmp_path, uninterrup
     run KILLED and hands over to submitit, which requeues it; the requeued job
     resumes into the same run and finishes with the uninterrupted result."""
     uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
-    sweep = _start(_command(tmp_path, uri, cache, DT, *_slow(0.25), "hydra/launcher=submitit_local",
+    sweep = start(_command(tmp_path, uri, cache, DT, *_slow(0.25), "hydra/launcher=submitit_local",
                             "hydra.launcher.timeout_min=15"), tmp_path, "sweep")
     job = _wait_for_steps(uri, sweep, 6)
     os.kill(int(job.data.tags["pid"]), signal.SIGUSR2)
-    code, log = _finish(sweep)
+    code, log = finish(sweep)
     assert code == 0, log[-3000:]
     (run,) = job_runs(uri)
     assert run.info.run_id == job.info.run_id and run.info.status == "FINISHED"
@@ -295,7 +271,7 @@ def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished
     t = terminated_then_resumed
     cmd = [c for c in _command(tmp_path, t["uri"], t["cache"], DT, *_slow(0.25)) if not c.startswith("cache_dir=")]
     start = time.monotonic()
-    code, log = _run([*cmd, "cache_dir=/proc/nope"], tmp_path, "nope")
+    code, log = run_logged([*cmd, "cache_dir=/proc/nope"], tmp_path, "nope")
     assert code != 0 and time.monotonic() - start < 30
     assert log.strip().splitlines() == [("error: invalid config: cache_dir='/proc/nope': cannot write in "
                                          "/proc/nope (No such file or directory: /proc/nope)")]
@@ -315,14 +291,14 @@ def test_a_store_that_goes_away(tmp_path, mlflow_server, uninterrupted_global):
     could not log beside its checkpoint and says how to import it — which then
     completes its run."""
     server, cache = mlflow_server, tmp_path / "cache"
-    waits = _start(_command(tmp_path, server.url, cache, DT, *_slow(0.3), "store_retry_s=300", multirun=False),
+    waits = start(_command(tmp_path, server.url, cache, DT, *_slow(0.3), "store_retry_s=300", multirun=False),
                    tmp_path, "waits")
-    gives_up = _start(_command(tmp_path, server.url, cache, *_slow(0.3), "dt=0.005", "store_retry_s=2",
+    gives_up = start(_command(tmp_path, server.url, cache, *_slow(0.3), "dt=0.005", "store_retry_s=2",
                                multirun=False), tmp_path, "gives_up")
     _wait_for_steps(server.url, waits, 3)
     _wait_for_steps(server.url, gives_up, 3)
     server.stop()
-    code, log = _finish(gives_up)
+    code, log = finish(gives_up)
     assert code == 1, log[-3000:]
     error = log.strip().splitlines()[-1]
     assert error.startswith(f"error: the MLflow store {server.url} has not answered for "), log[-3000:]
@@ -336,7 +312,7 @@ def test_a_store_that_goes_away(tmp_path, mlflow_server, uninterrupted_global):
     assert (record.parent.parent / f"{held['run_id']}.npz").is_file()  # its checkpoint is kept
 
     server.start()
-    code, log = _finish(waits)
+    code, log = finish(waits)
     assert code == 0, log[-3000:]
     assert "not answering" in log and "answers again after" in log
     imported = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=300, env=job_env(),
@@ -360,7 +336,7 @@ def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global)
     20 s busy timeout) from the job's 3rd step: the job steps on to its end while
     it is held, then writes everything once it is released."""
     uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
-    job = _start(_command(tmp_path, uri, cache, DT, *_slow(0.1), multirun=False), tmp_path, "job")
+    job = start(_command(tmp_path, uri, cache, DT, *_slow(0.1), multirun=False), tmp_path, "job")
     run = _wait_for_steps(uri, job, 3, started=tmp_path / "outputs")
     holder = subprocess.Popen(
         [sys.executable, "-c", ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
@@ -374,7 +350,7 @@ def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global)
             break
         time.sleep(0.2)
     assert holder.poll() is None, "the job did not step on while the store was locked"
-    code, log = _finish(job)
+    code, log = finish(job)
     holder.wait(timeout=60)
     assert code == 0, log[-3000:]
     assert "not answering (database is locked)" in log and "answers again after" in log
@@ -394,10 +370,10 @@ def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, un
     reach it waits for it, then lists it as reused), no run is left RUNNING, no
     step is logged twice, and both parents end FINISHED with three jobs each."""
     uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
-    a = _start(_command(tmp_path, uri, cache, "dt=0.02,0.01,0.005", *_slow(0.1), sweep_dir="a"), tmp_path, "a")
-    b = _start(_command(tmp_path, uri, cache, "dt=0.01,0.005,0.004", *_slow(0.1), sweep_dir="b"), tmp_path, "b")
+    a = start(_command(tmp_path, uri, cache, "dt=0.02,0.01,0.005", *_slow(0.1), sweep_dir="a"), tmp_path, "a")
+    b = start(_command(tmp_path, uri, cache, "dt=0.01,0.005,0.004", *_slow(0.1), sweep_dir="b"), tmp_path, "b")
     for proc in (a, b):
-        code, log = _finish(proc)
+        code, log = finish(proc)
         assert code == 0, log[-3000:]
     runs = all_runs(uri)
     assert all(r.info.status == "FINISHED" for r in runs), [(r.info.status, r.data.tags) for r in runs]
@@ -431,7 +407,7 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
     cmd = _command(tmp_path, uri, cache, DT, multirun=False, script=ROOT / "tests" / "helpers" / "faulty_sweep.py")
     os.environ["FAULTY_WRITE"] = "checkpoint:2"
     try:
-        code, log = _run(cmd, tmp_path, "checkpoint")
+        code, log = run_logged(cmd, tmp_path, "checkpoint")
         (run,) = job_runs(uri)
         checkpoint = CheckpointStore.for_run(run.data.tags["config_hash"], run.info.run_id, directory=cache)
         reason = ("the checkpoint after step 10 could not be written in "
@@ -443,7 +419,7 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
         assert json.loads(str(np.load(checkpoint.path)["info"]))["step"] == 5  # sound, and the old one
 
         os.environ["FAULTY_WRITE"] = "artifact:2"
-        code, log = _run(cmd, tmp_path, "artifact")
+        code, log = run_logged(cmd, tmp_path, "artifact")
         (run,) = job_runs(uri)
         assert code == 1 and "an artifact could not be written (No space left on device" in log, log[-3000:]
         assert run.info.status == "FAILED" and "the checkpoint after step 20 is kept" in run.data.tags[
@@ -451,7 +427,7 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
         assert run.data.tags["resumed_from_step"] == "5"
     finally:
         del os.environ["FAULTY_WRITE"]
-    code, log = _run([cmd[0], str(ROOT / "pipeline" / "sweep.py"), *cmd[2:]], tmp_path, "clean")
+    code, log = run_logged([cmd[0], str(ROOT / "pipeline" / "sweep.py"), *cmd[2:]], tmp_path, "clean")
     assert code == 0, log[-3000:]
     (run,) = job_runs(uri)
     assert run.info.status == "FINISHED" and run.data.tags["attempt"] == "3"

@@ -267,3 +267,84 @@ def write_table(table: pd.DataFrame, folder: Path, methods: Sequence[str] = (),
 def wide_markdown(wide: pd.DataFrame) -> str:
     """A :func:`method_by_equation` table as GitHub markdown."""
     return _markdown(list(wide.columns), wide.itertuples(index=False), ["---"] * len(wide.columns))
+
+
+# --- The error–runtime frontier (docs/frontier.md) ------------------------------------------
+
+
+def run_sources(runs: pd.DataFrame) -> pd.DataFrame:
+    """Where each job run of a ``search_runs`` frame comes from: ``source`` is ``study
+    <name>`` for a frontier search's trial (tags ``study``, ``trial``), ``sweep
+    <parent id[:8]>`` for a grid sweep's job, else ``run``; ``trial`` its trial number."""
+    def tag(name: str) -> pd.Series:
+        col = f"tags.{name}"
+        return runs[col] if col in runs else pd.Series(np.nan, index=runs.index, dtype=object)
+
+    study, parent = tag("study"), tag("mlflow.parentRunId")
+    source = np.where(study.notna(), "study " + study.astype(str),
+                      np.where(parent.notna(), "sweep " + parent.astype(str).str[:8], "run"))
+    trial = pd.to_numeric(tag("trial"), errors="coerce").astype("Int64")
+    return pd.DataFrame({"run_id": runs["run_id"].to_numpy(), "source": source, "trial": trial.to_numpy()})
+
+
+def frontier_axes(df: pd.DataFrame) -> list[str]:
+    """The params that vary across a :func:`tidy` frame, every one a search may have
+    drawn: all the top-level ones (:func:`varied_axes` drops those its earlier axes
+    happen to fix, which in a search's scattered points is most of them), and the
+    dotted ones the top-level ones do not fix (``method.integrator`` is ``method``'s)."""
+    skip = BOOKKEEPING | {"run_id", "experiment_id", "pareto", *METRICS}
+    filled = df[[c for c in df.columns if c not in skip]].astype(str)
+    varied = [c for c in filled.columns if filled[c].nunique() > 1]
+    top = [c for c in LEADING if c in varied] + sorted(c for c in varied if "." not in c and c not in LEADING)
+    dotted = sorted(c for c in varied if "." in c
+                    and (not top or filled.groupby(top)[c].nunique().max() > 1))
+    return top + dotted
+
+
+def frontier_table(df: pd.DataFrame, sources: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+    """Every run of a :func:`tidy` frame (with ``pareto``: on its equation's front) with
+    its source and trial (:func:`run_sources`) and the varied ``axes``, by equation and
+    runtime: the front's table, dominated points included and marked."""
+    keep = [a for a in axes if a != "equation"]
+    table = df.merge(sources, on="run_id", how="left")
+    cols = ["equation", "source", "trial", *keep, "global_rel_l2", "runtime_s", "pareto", "run_id"]
+    return table[cols].sort_values(["equation", "runtime_s", "global_rel_l2"], kind="stable").reset_index(drop=True)
+
+
+def cheapest_below(table: pd.DataFrame, target: float) -> pd.DataFrame:
+    """Per equation, the run of least runtime whose error is at most ``target`` (none:
+    the equation has no row)."""
+    ok = table[table["global_rel_l2"] <= target]
+    return ok.sort_values(["runtime_s", "global_rel_l2"], kind="stable").groupby("equation", sort=True).head(1)
+
+
+def frontier_markdown(table: pd.DataFrame, target: float | None = None, failed: dict | None = None) -> str:
+    """The front of each equation (a :func:`frontier_table`'s ``pareto`` rows, cheapest
+    first) as markdown, with how many runs it was drawn from, the failed trials left
+    out (``failed``: ``{source: count}``) and, given a ``target``, the cheapest run
+    reaching it."""
+    axes = [c for c in table.columns if c not in ("equation", "source", "trial", "global_rel_l2",
+                                                   "runtime_s", "pareto", "run_id")]
+    head = ["source", "trial", *axes, "global rel. L² error", "runtime (s)", "run"]
+    align = ["---", "---:", *["---"] * len(axes), "---:", "---:", "---"]
+
+    def row(r) -> list[str]:
+        trial = "" if pd.isna(r["trial"]) else str(int(r["trial"]))
+        return [r["source"], trial, *(str(r[a]) for a in axes), _cell("global_rel_l2", r["global_rel_l2"]),
+                _cell("runtime_s", r["runtime_s"]), str(r["run_id"])[:8]]
+
+    parts = []
+    for eq, runs in table.groupby("equation", sort=True):
+        on = runs[runs["pareto"]]
+        parts.append(f"## {eq}: the error–runtime front, {len(on)} of {len(runs)} runs\n\n")
+        parts.append(_markdown(head, [row(r) for _, r in on.iterrows()], align))
+        if target is not None:
+            best = cheapest_below(runs, target)
+            parts.append(f"\nCheapest run with global rel. L² error ≤ {target:g}: "
+                         + ("none" if best.empty else " ".join(f"{k}={v}" for k, v in
+                                                               zip(head, row(best.iloc[0])) if v))
+                         + "\n")
+        parts.append("\n")
+    for source, n in sorted((failed or {}).items()):
+        parts.append(f"{source}: {n} failed trial(s), not drawn (no error to plot).\n")
+    return "".join(parts)

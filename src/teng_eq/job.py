@@ -42,6 +42,7 @@ from teng_eq.options import BOOKKEEPING
 from teng_eq.preflight import Job, validate_job
 from teng_eq.results import StepRecord
 from teng_eq.simulation import RunResult, run_simulation
+from teng_eq.tracking.trials import search_tags
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
             "git_dirty": str(dirty), "device": device_description(), "jax_version": jax.__version__}
     if context.multirun:
         tags["job_num"] = str(context.job_num)
+        tags.update(search_tags(context.job_num))  # a frontier search's trial: study, trial (teng_eq.search)
     with tracking.tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=tags,
                               artifact_root=tracking.artifact_root_for(job.tracking_uri, context.root),
                               parent_run_id=os.environ.get(tracking.PARENT_RUN_ENV) if context.multirun else None,

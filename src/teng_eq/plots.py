@@ -193,6 +193,43 @@ def error_vs_runtime(path: Path, panels) -> Path:
     return _finish(fig, path, axes)
 
 
+def frontier(path: Path, panels, target: float | None = None) -> Path:
+    """The error–runtime front over every run (docs/frontier.md): one marker per run,
+    filled where it is on the front, hollow where a cheaper and more accurate run
+    dominates it; the front as a staircase, its points labelled (``t7``: trial 7);
+    ``target``: the error asked for, as a dashed line.
+
+    ``panels``: ``{title: {source: (runtime, error, on_front, names)}}``, one source
+    per study or sweep (``names``: each point's label, e.g. its trial).
+    """
+    fig, axes = _panels(max(len(panels), 1), width=6.5, height=4.8)
+    color = _palette(panels.values())
+    markers = "os^Dv<>"
+    for ax, (title, series) in zip(axes, panels.items()):
+        front_r, front_e = [], []
+        for i, (name, (runtime, error, on_front, names)) in enumerate(series.items()):
+            runtime, error = np.asarray(runtime, float), np.asarray(error, float)
+            on = np.asarray(on_front, bool)
+            m = markers[i % len(markers)]
+            ax.plot(runtime[on], error[on], m, ms=6, color=color[name], label=f"{name}: on the front")
+            ax.plot(runtime[~on], error[~on], m, ms=6, mfc="none", mec=color[name], alpha=0.6,
+                    label=f"{name}: dominated")
+            for r, e, text in zip(runtime[on], error[on], np.asarray(names, object)[on]):
+                if text:
+                    ax.annotate(str(text), (r, e), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            front_r += list(runtime[on])
+            front_e += list(error[on])
+        order = np.argsort(front_r, kind="stable")
+        ax.step(np.asarray(front_r)[order], np.asarray(front_e)[order], where="post", color="k", lw=1, zorder=0,
+                label="front")
+        if target is not None:
+            ax.axhline(target, ls="--", color="C3", lw=1, label=f"target {target:g}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _label(ax, title, "runtime_s (stepping, s)", "global relative L² error")
+    return _finish(fig, path, axes)
+
+
 def error_vs_dt(path: Path, panels) -> Path:
     """Global relative L² error against Δt on log-log axes, with the least-squares
     line ``err = C Δt^p`` and its slope ``p`` in the legend (paper Fig.

@@ -4,8 +4,9 @@ own sweep included) and checks it with :func:`validate_job`, so that a bad value
 stops the command with one line naming the key, before any compute and before any
 MLflow run exists; each job checks itself again when it starts (:mod:`teng_eq.job`).
 
-The one library module that imports Hydra (its public compose and override API);
-the sweep callback (:mod:`teng_eq.tracking.sweep`) is written against its protocol."""
+A library module that imports Hydra (its public compose and override API; the other
+is :mod:`teng_eq.search`, the frontier sweeper on its ``Sweeper`` API); the sweep
+callback (:mod:`teng_eq.tracking.sweep`) is written against its protocol."""
 
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ from teng_eq.cache import cache_dir, probe_folder
 from teng_eq.config import SHORTHANDS, JobOptions, RunConfig, check_top_level
 from teng_eq.errors import ConfigError, bad
 from teng_eq.resources import check_memory
+from teng_eq.search.space import SWEEPER_TARGET, Space, check_options, parse_space
 from teng_eq.tracking.store import check_store, default_tracking_uri
+
+#: ``hydra.sweeper._target_`` of Hydra's basic sweeper (the default): lists and their products.
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 #: ``${key}`` or ``${key.sub}``: an interpolation of the top-level ``key``.
 _INTERPOLATION = re.compile(r"\$\{(\w+)[.}]")
@@ -142,9 +147,21 @@ def check_group_choices(overrides: list[str], conf_dir: Path) -> None:
             raise ConfigError(f"invalid config: {item}: {group} is in the defaults list; "
                               f"write {group}={value}")
         known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml") if not p.stem.startswith("_"))
-        for choice in value.split(","):
+        for choice in _group_values(item, value):
             if choice.strip() and choice.strip() not in known:
                 raise ConfigError(f"invalid config: {group}={choice.strip()!r}: unknown, choose one of {known}")
+
+
+def _group_values(item: str, value: str) -> list[str]:
+    """The options a group override names: ``a`` or ``a,b`` or ``choice(a, b)`` (a
+    search's axis); a glob and what does not parse are left to Hydra."""
+    try:
+        override = OverridesParser.create().parse_override(item)
+        if not override.is_sweep_override():
+            return [value]
+        return list(override.sweep_string_iterator()) if override.is_choice_sweep() else []
+    except HydraException:
+        return []  # a glob needs the config loader; a malformed override is Hydra's one line later
 
 
 def _one_line(err: Exception) -> str:
@@ -179,12 +196,13 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
     """Compose and validate every job of the command line ``argv`` before Hydra
     starts. Returns the number of jobs checked (0 when ``argv`` asks Hydra for
     something other than running, e.g. ``--help`` or ``--cfg``, or names another
-    sweeper, which expands its jobs its own way: then each job checks itself)."""
+    sweeper, which expands its jobs its own way: then each job checks itself).
+    A frontier search (``hydra/sweeper=frontier``) has no list of jobs: its space and
+    keys are checked, then the points :meth:`~teng_eq.search.space.Space.check_points`
+    names (every choice, the ends and middle of every range, and the corner of last values)."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
     overrides = [a for a in argv if not a.startswith("-")]
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):
-        return 0
-    if multirun and any(o.lstrip("+~").startswith("hydra/sweeper") for o in overrides):
         return 0
     check_group_choices(overrides, conf_dir)
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
@@ -195,15 +213,45 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
             # A preset may sweep through its own hydra.sweeper.params (and set hydra.mode:
             # MULTIRUN): Hydra's basic sweeper puts them before the command line's overrides.
             multirun = multirun or base.hydra.mode == RunMode.MULTIRUN
-            swept = [f"{k}={v}" for k, v in (base.hydra.sweeper.get("params") or {}).items()] if multirun else []
-            jobs = sweep_jobs(parser, [*swept, *overrides]) if multirun else [overrides]
+            sweeper = base.hydra.sweeper.get("_target_") if multirun else None
+            fixed_count = 0
+            if sweeper == SWEEPER_TARGET:  # a frontier search (teng_eq.search): the points of its space
+                space = search_space(parser, base, overrides)
+                jobs, fixed_count = space.check_points(), len(space.fixed)
+            elif multirun and sweeper != BASIC_SWEEPER:
+                return 0  # another sweeper expands its jobs its own way: each job checks itself
+            else:
+                swept = [f"{k}={v}" for k, v in (base.hydra.sweeper.get("params") or {}).items()] if multirun else []
+                jobs = sweep_jobs(parser, [*swept, *overrides]) if multirun else [overrides]
         except (HydraException, OmegaConfBaseException) as err:
             raise ConfigError(f"invalid config: {_one_line(err)}") from None
         for job in jobs:
             try:
-                cfg = compose(config_name="config", overrides=job)
-            except (HydraException, OmegaConfBaseException) as err:
-                raise ConfigError(f"invalid config: {_one_line(err)}") from None
-            validate_job(cfg, root=conf_dir.parent, overrides=job)
+                try:
+                    cfg = compose(config_name="config", overrides=job)
+                except (HydraException, OmegaConfBaseException) as err:
+                    raise ConfigError(f"invalid config: {_one_line(err)}") from None
+                validate_job(cfg, root=conf_dir.parent, overrides=job)
+            except ConfigError as err:
+                if sweeper != SWEEPER_TARGET:
+                    raise
+                raise ConfigError(f"{err} (at the search's point {' '.join(job[fixed_count:])})") from None
     return len(jobs)
 
+
+def search_space(parser: OverridesParser, base: DictConfig, overrides: list[str]) -> Space:
+    """A frontier search's space (:func:`~teng_eq.search.space.parse_space`: the
+    sweeper's ``params``, then the command line's overrides but Hydra's own) and its
+    keys (``hydra.sweeper.*``: :func:`~teng_eq.search.space.check_options`), checked;
+    its error must be one the runs report (no estimate: no ``est_global_rel_l2``)."""
+    sw = base.hydra.sweeper
+    check_options(n_trials=sw.get("n_trials"), n_jobs=sw.get("n_jobs"), sampler=sw.get("sampler"),
+                  startup_trials=sw.get("startup_trials"), error=sw.get("error"), cost=sw.get("cost"),
+                  target=sw.get("target"))
+    if sw.error == "est_global_rel_l2" and base.get("estimate") == "none":
+        raise ConfigError("invalid config: hydra.sweeper.error='est_global_rel_l2' needs an error estimate, "
+                          "but estimate='none'")
+    arguments = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_hydra_override()]
+    params = sw.get("params")
+    params = OmegaConf.to_container(params, resolve=True) if params is not None else {}
+    return parse_space(parser, params, arguments)

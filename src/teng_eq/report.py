@@ -3,7 +3,8 @@ log them (paper Table 1 and figures; see docs/guides/analysis.md).
 
 Writes error_vs_runtime.png, error_vs_dt.png, error_vs_time.png, table.md
 (Table 1: method × equation), table.csv, runs.csv (one row per run, Pareto flag),
-slopes.csv and, where the selection has runs of the ``loss_overlay`` methods,
+slopes.csv, frontier.png/.csv/.md (the error–runtime front over every run, a
+frontier search's trials by study: docs/frontier.md) and, where the selection has runs of the ``loss_overlay`` methods,
 loss_overlay.png (their in-step losses, from each run's ``tables/losses.csv``) to
 ``reports/<selection>/``, then logs them as an MLflow run tagged
 ``run_kind=analysis``. Only FINISHED job runs count; the others are reported.
@@ -122,6 +123,30 @@ def write_report(df: pd.DataFrame, curves: dict, out: Path, *, losses: dict | No
     return paths + [out / "runs.csv", out / "slopes.csv"]
 
 
+def write_frontier(df: pd.DataFrame, jobs: pd.DataFrame, runs: pd.DataFrame, out: Path,
+                   target: float | None = None) -> list[Path]:
+    """The error–runtime front over every run of ``df`` (a tidy frame with ``pareto``;
+    ``jobs``: its rows of ``search_runs``; ``runs``: the whole selection, for the failed
+    trials): frontier.png (dominated points marked), frontier.csv (every run, with its
+    source: a study's trial or a sweep's job) and frontier.md (the front, and the
+    cheapest run reaching ``target``)."""
+    table = analysis.frontier_table(df, analysis.run_sources(jobs), analysis.frontier_axes(df))
+    panels = {}
+    for eq, rows in table.groupby("equation", sort=True):
+        title = f"{eq}: {int(rows['pareto'].sum())} of {len(rows)} runs on the front"
+        panels[title] = {src: (g["runtime_s"], g["global_rel_l2"], g["pareto"],
+                               ["" if pd.isna(t) else f"t{int(t)}" for t in g["trial"]])
+                         for src, g in rows.groupby("source", sort=False)}
+    failed = {}
+    if "tags.study" in runs and len(runs):
+        bad = runs[runs["tags.study"].notna() & (runs["status"] == "FAILED")]
+        failed = {f"study {k}": len(g) for k, g in bad.groupby("tags.study")}
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "frontier.csv", index=False)
+    (out / "frontier.md").write_text(analysis.frontier_markdown(table, target, failed))
+    return [plots.frontier(out / "frontier.png", panels, target), out / "frontier.csv", out / "frontier.md"]
+
+
 def _overlay_panels(df: pd.DataFrame, losses: dict, run_keys: list[str], loss_time: float | None) -> dict:
     """``{equation: (t, in_step, final)}`` for :func:`teng_eq.plots.loss_overlay`."""
     panels = {}
@@ -185,6 +210,8 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
     methods, equations = list(cfg.method_order or ()), list(cfg.equation_order or ())
     paths = write_report(df, curves, out, losses=losses, loss_time=cfg.loss_time, methods=methods,
                          equations=equations, extra=extra)
+    target = None if cfg.get("target") is None else float(cfg.target)
+    paths += write_frontier(df, jobs, runs, out, target)
 
     table = analysis.summary_table(df)
     print(analysis.table_markdown(table), end="")
@@ -195,6 +222,14 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
         for _, q in quality.iterrows():
             print(f"  {q['equation']} {q['run']}: {q['ratio_min']:.3g} .. {q['ratio_max']:.3g}; global "
                   f"{q['global_rel_l2']:.3g}, estimated {q['est_global_rel_l2']:.3g}")
+    front = df[df["pareto"]]
+    print(f"error–runtime front: {len(front)} of {len(df)} runs (frontier.md)")
+    if target is not None:
+        for _, best in analysis.cheapest_below(analysis.frontier_table(df, analysis.run_sources(jobs), []),
+                                               target).iterrows():
+            trial = "" if pd.isna(best["trial"]) else f" trial {int(best['trial'])}"
+            print(f"  {best['equation']}: cheapest with global_rel_l2 <= {target:g}: run {best['run_id']} "
+                  f"({best['source']}{trial}), {best['global_rel_l2']:.3e} in {best['runtime_s']:.4g} s")
     print(f"{len(df)} runs; varied: {', '.join(analysis.varied_axes(df)) or 'nothing'}")
     print(f"wrote {', '.join(p.name for p in paths)} to {out}")
     if cfg.mlflow:

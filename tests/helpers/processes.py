@@ -7,6 +7,7 @@ marked ``e2e`` (pyproject.toml's pytest markers)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -23,12 +24,13 @@ def job_env(drop: Iterable[str] = (), **extra: str) -> dict[str, str]:
     names start with one of ``drop``, plus ``extra``. One BLAS thread (the suite's
     machine has 2 busy cores); src/ and tests/ on the path (helpers, the fake methods
     named by ``method.impl``); never a job of a sweep this process may be one of
-    (``TENG_EQ_PARENT_RUN`` is how a sweep hands its parent run to its jobs)."""
+    (``TENG_EQ_PARENT_RUN``, ``TENG_EQ_STUDY``: how a sweep or a search hands itself to its jobs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(tuple(drop))}
     env.update(extra, OPENBLAS_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT / "tests"),
                                                     env.get("PYTHONPATH")) if p)
-    env.pop("TENG_EQ_PARENT_RUN", None)
+    for key in ("TENG_EQ_PARENT_RUN", "TENG_EQ_STUDY"):  # how a sweep (a search) hands itself to its jobs
+        env.pop(key, None)
     return env
 
 
@@ -57,3 +59,30 @@ def run_script(script: str, *args: str, cwd: Path, timeout: float = 300,
     the finished process, whatever its exit status."""
     return subprocess.run([sys.executable, str(PIPELINE / script), *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=job_env() if env is None else env, check=False)
+
+
+def start(cmd: list[str], tmp: Path, name: str) -> subprocess.Popen:
+    """``cmd`` started in ``tmp`` (in :func:`job_env`, a session of its own, so that a
+    signal can reach its whole group), its output in ``tmp/<name>.log``."""
+    out = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - closed with the process (finish)
+    proc = subprocess.Popen(cmd, cwd=tmp, env=job_env(), stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    proc.log_file = out
+    return proc
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    """Wait for a :func:`start` ed process (killed past ``timeout``); its exit status and output."""
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.log_file.close()
+    return proc.returncode, Path(proc.log_file.name).read_text()
+
+
+def run_logged(cmd: list[str], tmp: Path, name: str, timeout: float = 300) -> tuple[int, str]:
+    """:func:`start` then :func:`finish`."""
+    return finish(start(cmd, tmp, name), timeout)

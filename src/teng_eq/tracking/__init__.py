@@ -13,7 +13,9 @@ on first use, never at import).
   came back), kept on disk, and the command that logs it later;
 * :mod:`~teng_eq.tracking.sweep`: the Hydra callback that makes a multirun one
   parent run (``teng_eq.tracking.SweepCallback`` in ``conf/config.yaml``);
-* :mod:`~teng_eq.tracking.readers`: runs read back for ``pipeline/analyze.py``.
+* :mod:`~teng_eq.tracking.readers`: runs read back for ``pipeline/analyze.py``;
+* :mod:`~teng_eq.tracking.trials`: a frontier search's trials (tags ``study``, ``trial``)
+  and their runs, for the frontier sweeper (:mod:`teng_eq.search`).
 """
 
 from teng_eq.tracking.readers import (

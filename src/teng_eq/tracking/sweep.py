@@ -185,7 +185,10 @@ class SweepCallback:
 
         client = open_client(self.uri)
         runs = sweep_jobs(client, run_id)
-        unfinished = sorted((r for r in runs if r.info.status != "FINISHED"),
+        # A frontier search's trial that FAILED (teng_eq.search; tagged `trial`) is one of its answers,
+        # not a failure of the search: only trials stopped or unfinished keep it from FINISHED.
+        unfinished = sorted((r for r in runs if r.info.status != "FINISHED"
+                             and not (r.info.status == "FAILED" and "trial" in r.data.tags)),
                             key=lambda r: int(r.data.tags.get("job_num", "-1")))
         client.log_batch(run_id, metrics=[
             Metric("n_jobs", len(runs), now, self.attempt - 1),
