@@ -169,7 +169,8 @@ def test_the_log_a_person_reads(terminated_then_resumed):
                for seg in redraws)
     bars = [seg for seg in redraws if seg.startswith(name)]
     assert bars and bars[-1].startswith(f"{name}: 100%") and "20/20" in bars[-1]
-    for seg in redraws:  # every piece is a whole bar, a Hydra log line or one of the job's own lines
+    assert redraws[-1].startswith("runs: mlflow ui --backend-store-uri ")  # the sweep's last line
+    for seg in redraws[:-1]:  # every piece is a whole bar, a Hydra log line or one of the job's own lines
         assert seg.startswith((name, "[", "resuming from the checkpoint")), seg
     for noise in ("Unable to initialize backend", "[matplotlib", "INFO mlflow", "font"):
         assert noise not in terminated_then_resumed["second_log"]
