@@ -130,6 +130,10 @@ class Defect(eqx.Module):
         _, grad_f, lap_f = derivatives(lambda p: operator(self.equation, u_fn, p), self.points)
         return u, grad, lap, f, grad_f, lap_f, mu
 
+    def __call__(self, theta0, theta1, dt, t=0.0) -> tuple[dict[str, Float[Array, " n"]], dict[str, Float[Array, ""]]]:
+        """The local terms of the step ``θ₀ → θ₁`` from t (:meth:`fields` of both ends, :meth:`combine`)."""
+        return self.combine(self.fields(theta0, t), self.fields(theta1, t + dt), dt, (theta0, theta1), t)
+
     def combine(self, fields0, fields1, dt, thetas=None, t=0.0):
         """The step's local terms from :meth:`fields` at both of its ends (the driver
         keeps a step's end fields as the next step's start: one evaluation per step);
