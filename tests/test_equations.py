@@ -104,7 +104,6 @@ def test_no_equation_is_named_anywhere_else():
 @pytest.mark.parametrize(
     "override, key",
     [
-        ("equation.nu=0", "equation.nu=0"),
         ("equation.nu=-1", "equation.nu=-1"),
         ("equation.initial_condition=nope", "equation.initial_condition='nope'"),
         ("equation.lengths=[1.0]", "equation.lengths=[1.0]"),

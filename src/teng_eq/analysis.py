@@ -90,7 +90,9 @@ def select_jobs(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 
 def tidy(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per run: ``run_id``, ``experiment_id``, every param by its own name
-    (numbers parsed where every value is one), and the scalar metrics.
+    (numbers parsed where every value is one), and the scalar metrics; ``global_rel_l2``
+    of a run without a reference is its ``est_global_rel_l2`` (``error_source``:
+    ``estimate``, else ``reference``).
 
     ``method`` and ``equation`` fall back to the tags of the same name where the
     params lack them.
@@ -108,6 +110,10 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
     for name in METRICS:
         col = f"metrics.{name}"
         out[name] = runs[col].astype(float) if col in runs else np.nan
+    # A run of an equation without a reference: its error is its own estimate, and says so.
+    estimated = out["global_rel_l2"].isna() & out["est_global_rel_l2"].notna()
+    out["error_source"] = np.where(estimated, "estimate", "reference")
+    out.loc[estimated, "global_rel_l2"] = out.loc[estimated, "est_global_rel_l2"]
     # dt: auto (the step-size controller) is a kind of run, not a step size.
     dt = out["dt"].astype(str) if "dt" in out else pd.Series("", index=out.index)
     out["adaptive"] = dt == "auto"
@@ -130,7 +136,7 @@ def varied_axes(df: pd.DataFrame) -> list[str]:
     ``equation.nu`` by ``equation``); ``method``, ``equation``, ``dt`` come
     first, then the rest sorted with the short (top-level) names ahead.
     """
-    skip = BOOKKEEPING | {"run_id", "experiment_id", "pareto", *METRICS}
+    skip = BOOKKEEPING | {"run_id", "experiment_id", "pareto", "error_source", *METRICS}
     candidates = [c for c in df.columns if c not in skip]
     order = [c for c in LEADING if c in candidates]
     order += sorted((c for c in candidates if c not in LEADING), key=lambda c: (c.count("."), c))
@@ -149,14 +155,17 @@ def summary_table(df: pd.DataFrame, axes: Sequence[str] | None = None) -> pd.Dat
     """Table 1 of the paper, one row per (method, equation, other varied axes).
 
     Repeats (runs equal on every axis but ``seed``) are merged: the columns
-    ``global_rel_l2`` and ``runtime_s`` hold their medians, ``n_runs`` their count.
+    ``global_rel_l2`` and ``runtime_s`` hold their medians, ``n_runs`` their count; where
+    some runs have no reference, ``error_source`` says which errors are estimates.
     """
     axes = varied_axes(df) if axes is None else list(axes)
     keys = group_keys(axes)
+    estimated = "error_source" in df and (df["error_source"] == "estimate").any()
+    sources = {"error_source": ("error_source", "first")} if estimated else {}
     table = (
         df.groupby(keys, sort=False, dropna=False)
         .agg(global_rel_l2=("global_rel_l2", "median"), runtime_s=("runtime_s", "median"),
-             n_runs=("run_id", "size"))
+             n_runs=("run_id", "size"), **sources)
         .reset_index()
     )
     return table.sort_values(keys[1::-1] + keys[2:], kind="stable").reset_index(drop=True)

@@ -124,7 +124,7 @@ class History:
         """Step ``n`` of ``of`` (None: not known yet) as first reported (replayed after a
         resume); ``t`` None: a block of a global-in-time method (no error measured yet)."""
         metrics = {k: float(v[n - 1]) for k, v in self.metrics.items()} if n > 0 else {}
-        if t is not None:
+        if t is not None and np.isfinite(self.err_sq[n]):  # NaN: no reference
             metrics["rel_l2"] = float(np.sqrt(self.err_sq[n] / self.ref_sq[n]))
             if np.isfinite(self.boundary[n]):
                 metrics["boundary_max_abs"] = float(self.boundary[n])

@@ -27,6 +27,11 @@ from teng_eq.estimate import KINDS
 from teng_eq.methods.base import Method, Problem
 from teng_eq.options import BOOKKEEPING, at_least, import_impl, one_of, options_from, typed
 
+#: ``reference``: ``auto`` measures the error against the equation's reference where it has
+#: one; ``none`` never does (the run's estimate alone); ``required`` refuses an equation
+#: without one.
+REFERENCES = ("auto", "none", "required")
+
 #: Top-level keys that only feed method groups (by interpolation): short to type in
 #: a sweep (``iters=5,7``), meaningful only to a method whose yaml reads them.
 SHORTHANDS = frozenset({"iters", "iters_later", "subsample_first", "subsample", "solver", "damping", "warm_start",
@@ -51,8 +56,9 @@ class MethodConfig:
 class RunConfig:
     """One job's numerics: the equation, the method (with its own options), time
     step (None: ``dt: auto``, chosen by the ``controller``) and horizon, the
-    error-evaluation grid, the seed, and the kind of a-posteriori error ``estimate``
-    (:mod:`teng_eq.estimate`)."""
+    error-evaluation grid, the seed, the kind of a-posteriori error ``estimate``
+    (:mod:`teng_eq.estimate`) and whether the error is also measured against a
+    ``reference`` (:data:`REFERENCES`)."""
 
     equation: Equation
     method: MethodConfig
@@ -62,9 +68,15 @@ class RunConfig:
     seed: int
     controller: Controller
     estimate: str
+    reference: str
 
     #: The top-level keys of the run proper (``equation`` and ``method`` aside).
-    KEYS = ("dt", "t_final", "eval_grid", "seed", "controller", "estimate")
+    KEYS = ("dt", "t_final", "eval_grid", "seed", "controller", "estimate", "reference")
+
+    @property
+    def has_reference(self) -> bool:
+        """Whether the run measures its error against the equation's reference."""
+        return self.reference != "none" and self.equation.reference_scheme() is not None
 
     @property
     def problem(self) -> Problem:
@@ -108,7 +120,8 @@ class RunConfig:
             if key not in cfg:
                 raise bad(key, None, "missing")
         kw["dt"] = None if cfg["dt"] == "auto" else typed(cfg["dt"], float, "dt")
-        for key, kind in (("t_final", float), ("eval_grid", int), ("seed", int), ("estimate", str)):
+        for key, kind in (("t_final", float), ("eval_grid", int), ("seed", int), ("estimate", str),
+                          ("reference", str)):
             kw[key] = typed(cfg[key], kind, key)
         kw["controller"] = options_from(Controller, cfg["controller"], "controller")
         run = cls(equation=equation, method=MethodConfig(name=name, impl=impl, options=options), **kw)
@@ -118,6 +131,15 @@ class RunConfig:
     def validate(self) -> None:
         """Cross-key checks; the method's own (``Method.check``) come last."""
         one_of("estimate", self.estimate, KINDS)
+        one_of("reference", self.reference, REFERENCES)
+        if self.reference == "required" and self.equation.reference_scheme() is None:
+            raise bad("reference", self.reference, f"equation {self.equation.name} has none (no reference_scheme, "
+                      "no closed-form solution): reference=auto runs it on its error estimate alone")
+        estimates = self.estimate != "none" and self.method.cls.defect is not Method.defect
+        if not (self.has_reference or estimates):
+            raise bad("estimate", self.estimate, f"equation {self.equation.name} has no reference, so the run's "
+                      f"error estimate is its only error measure, and method {self.method.name} with "
+                      f"estimate={self.estimate} has none")
         if self.estimate == "embedded" and not self.method.cls.error_order(self.method.options):
             raise bad("estimate", self.estimate, f"method {self.method.name} has no embedded error estimate")
         if self.adaptive:

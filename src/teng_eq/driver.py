@@ -27,15 +27,21 @@ from teng_eq.metrics import squared_norms
 from teng_eq.results import StepRecord
 
 
-def lower_step(method: Method, state, key, *, takes_dt: bool, expects: bool) -> jax.stages.Lowered:
-    """``method.step`` traced for compilation: ``(state, key[, dt][, expected])``.
+def lower_step(method: Method, state, key, *, takes_dt: bool, expects: bool,
+               takes_t: bool = False) -> jax.stages.Lowered:
+    """``method.step`` traced for compilation: ``(state, key[, dt][, expected][, t])``.
 
     A closure, not the bound method: the method's arrays (grid, index tables) become
     constants of the one compiled step. Δt is an argument wherever the step takes one
     (``takes_dt``: a method that can run under the controller), at a fixed Δt too: runs
     that differ only in Δt (a Δt sweep) then lower to the same program, which jax's
     persistent compilation cache (:func:`teng_eq.cache.compilation_folder`) compiles once
-    for all of them."""
+    for all of them. The step's start ``t`` is an argument only for an equation that
+    depends on t (``takes_t``): an autonomous one's step is the program it always was."""
+    if takes_t:
+        extra = ("dt",) * takes_dt + ("expected",) * expects + ("t",)
+        return jax.jit(lambda s, k, *a: method.step(s, k, **dict(zip(extra, a)))).lower(
+            state, key, *(0.0,) * len(extra))
     if expects:
         return jax.jit(lambda s, k, dt, e: method.step(s, k, dt, e)).lower(state, key, 0.0, 0.0)
     if takes_dt:
@@ -56,6 +62,7 @@ class Compiled:
     estimate: CompiledEstimate | None
     takes_dt: bool  # the step takes Δt as an argument (any method with an embedded estimate)
     expects: bool  # ... and the step's expected local error (TENG's local_error stopping)
+    takes_t: bool  # ... and its start t (an equation that depends on t)
     seconds: float
 
     @classmethod
@@ -63,21 +70,22 @@ class Compiled:
         """From the method's initial state; ``points``: the evaluation points."""
         start, state = time.perf_counter(), method.init()
         expects, takes_dt = method.expects_error, cfg.adaptive or method.error_order(cfg.method.options) > 0
-        step = lower_step(method, state, key, takes_dt=takes_dt, expects=expects).compile()
+        takes_t = method.sequential and not cfg.equation.autonomous
+        step = lower_step(method, state, key, takes_dt=takes_dt, expects=expects, takes_t=takes_t).compile()
         evaluate = jax.jit(lambda s, t: method.values(s, points, t)).lower(state, 0.0).compile()
         boundary = cfg.equation.boundary_points(cfg.eval_grid)
         on_boundary = None if boundary is None else (
             jax.jit(lambda s, t: method.values(s, boundary, t)).lower(state, 0.0).compile())
         defect = None if cfg.estimate == "none" else method.defect(cfg.estimate.startswith("hermite"))
         estimate = None if defect is None else CompiledEstimate(defect, cfg.estimate, method.parameters, state)
-        return cls(step, evaluate, on_boundary, estimate, takes_dt, expects, time.perf_counter() - start)
+        return cls(step, evaluate, on_boundary, estimate, takes_dt, expects, takes_t, time.perf_counter() - start)
 
-    def attempt(self, state, key, dt: float | None, expected: float) -> tuple[PyTree, StepRecord, float]:
-        """One try of a step from ``state``: the new state, its record (on the host) and
-        the seconds it took, waited for."""
-        args = (state, key, dt) if self.takes_dt else (state, key)
+    def attempt(self, state, key, dt: float | None, expected: float, t: float) -> tuple[PyTree, StepRecord, float]:
+        """One try of a step from ``state`` at time t: the new state, its record (on the
+        host) and the seconds it took, waited for."""
+        args = (state, key) + (dt,) * self.takes_dt + (expected,) * self.expects + (t,) * self.takes_t
         start = time.perf_counter()
-        new, record = self.step(*args, expected) if self.expects else self.step(*args)
+        new, record = self.step(*args)
         jax.block_until_ready(new)
         return new, jax.device_get(record), time.perf_counter() - start
 
@@ -154,7 +162,7 @@ def accepted_steps(run: RunState, compiled: Compiled, cfg: RunConfig, key_run: P
 
     def attempt(key, h):  # one try; its stage iterations counted
         expected = _expected(run, order, h) if compiled.expects else 0.0
-        new, record, seconds = compiled.attempt(run.state, key, h, expected)
+        new, record, seconds = compiled.attempt(run.state, key, h, expected, run.t if compiled.takes_t else 0.0)
         run.iterations += float(record.metrics.get("iterations", 0.0))
         return new, record, seconds
 
@@ -197,7 +205,9 @@ class ErrorMeter:
     """û against the reference at a time index, on the evaluation points: the squared
     norms into the history (and max |û| on a Dirichlet boundary), and, at the wanted
     steps (fixed Δt) or times (``dt: auto``), both fields for the density plots
-    (``snapshots``) and, with ``keep_states``, the state that gives û again after a resume."""
+    (``snapshots``) and, with ``keep_states``, the state that gives û again after a resume.
+    Without a reference (None) it measures ‖û‖² alone (the scale divergence is judged
+    by) and the error is NaN in the history, absent from the steps' metrics."""
 
     def __init__(self, cfg: RunConfig, compiled: Compiled, reference, weights, *, steps=(), times=(),
                  keep_states=False):
@@ -211,13 +221,16 @@ class ErrorMeter:
             u = self.compiled.evaluate(state_from_bytes(data, run.state), run.history.times[n])
             self.snapshots[n] = (np.asarray(u), self.reference_at(n, run.history))
 
-    def reference_at(self, n: int, history: History) -> np.ndarray:
+    def reference_at(self, n: int, history: History) -> np.ndarray | None:
+        if self.reference is None:
+            return None
         if self.cfg.adaptive:
             return self.reference.values_at(float(history.times[n]), self.cfg.eval_grid)
         return self.reference.values(n, self.cfg.eval_grid)
 
-    def __call__(self, n: int, state, run: RunState) -> float:
-        """Measure at time index n (``state`` is the method's there): ``rel_l2``."""
+    def __call__(self, n: int, state, run: RunState) -> float | None:
+        """Measure at time index n (``state`` is the method's there): ``rel_l2`` (None
+        without a reference)."""
         start, history = time.perf_counter(), run.history
         u = np.asarray(self.compiled.evaluate(state, history.times[n]))
         ref = self.reference_at(n, history)
@@ -225,11 +238,14 @@ class ErrorMeter:
             self.snapshots[n] = (u, ref)
             if self.keep_states:
                 history.snapshot_states[n] = state_bytes(state)
-        history.err_sq[n], history.ref_sq[n] = squared_norms(u, ref, self.weights)
+        if ref is not None:
+            history.err_sq[n], history.ref_sq[n] = squared_norms(u, ref, self.weights)
+        else:
+            history.err_sq[n], history.ref_sq[n] = np.nan, squared_norms(u, u, self.weights)[1]
         if self.compiled.boundary is not None:
             history.boundary[n] = float(np.max(np.abs(np.asarray(self.compiled.boundary(state, history.times[n])))))
         run.clock.eval_s += time.perf_counter() - start
-        return float(np.sqrt(history.err_sq[n] / history.ref_sq[n]))
+        return None if ref is None else float(np.sqrt(history.err_sq[n] / history.ref_sq[n]))
 
 
 class Recorder:

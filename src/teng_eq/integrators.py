@@ -284,9 +284,11 @@ class TENGStep(eqx.Module):
     def __call__(
         self, theta: Float[Array, " params"], key: PRNGKeyArray, dt: Float[Array, ""] | float | None = None,
         expected: Float[Array, ""] | None = None, rate: Float[Array, " params"] | None = None,
+        t: Float[Array, ""] | float = 0.0,
     ) -> tuple[Float[Array, " params"], StepRecord]:
         """θ_{t+Δt} and the step's record from θ_t; ``rate``: the previous step's
-        ``(θ_t − θ_{t−Δt'})/Δt'`` under ``warm_start: extrapolate`` (None: zero)."""
+        ``(θ_t − θ_{t−Δt'})/Δt'`` under ``warm_start: extrapolate`` (None: zero); ``t``:
+        the step's start, where L depends on it (slope j at ``t + cⱼΔt``)."""
         space, n = self.solver.space, self.solver.points.shape[0]
         dt = self.dt if dt is None else dt
         start = theta
@@ -317,17 +319,17 @@ class TENGStep(eqx.Module):
 
         def slope(j: int, target):
             fit(j - 1, target)
-            return network_operator(self.equation, space, theta, points)
+            return network_operator(self.equation, space, theta, points, t + nodes[j - 1] * dt)
 
         u_t = space.apply(theta, points)
-        k1 = network_operator(self.equation, space, theta, points)
+        k1 = network_operator(self.equation, space, theta, points, t)
         slopes = rk_slopes(self.tableau, dt, u_t, k1, slope)
         target = fit(self.tableau.stages - 1, combine(u_t, dt, self.tableau.b, slopes))
         loss = logs[-1].final_loss
         embedded = {}
         if self.tableau.b_error is not None:
             if self.tableau.fsal:
-                slopes.append(network_operator(self.equation, space, theta, self.solver.points))
+                slopes.append(network_operator(self.equation, space, theta, self.solver.points, t + dt))
             interior = 1.0 if self.boundary is None else jnp.where(self.boundary, 0.0, 1.0)
             err = combine(0.0, dt, self.tableau.b_error, [k[:n] for k in slopes])
             embedded = {"local_error": jnp.sqrt(self.solver.norm2(interior * err)),

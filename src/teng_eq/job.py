@@ -228,7 +228,8 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
             done = run.previous
             log.info("skipped: config_hash=%s is FINISHED as run %s (resume=false runs it again)",
                      chash, done.info.run_id)
-            return float(done.data.metrics.get("global_rel_l2", float("nan")))
+            metrics = done.data.metrics
+            return float(metrics.get("global_rel_l2", metrics.get("est_global_rel_l2", float("nan"))))
         checkpoints = CheckpointStore.for_run(chash, run.run_id, directory=opts.cache_dir)
         run.spool = checkpoints.path.with_name(f"{run.run_id}.unlogged")  # beside the checkpoint
         run.params({**tracking.flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
@@ -260,7 +261,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
             interrupts.defer(False)
             progress.close()
         interrupts.check()  # a stop after the last step: the final checkpoint holds the run
-        log_result(run, result, name)
+        log_result(run, result, name, run_cfg)
         log_artifacts(run, cfg, run_cfg, result, name, context.output_dir)
         run.flush()
         # Tracking overhead: every MLflow call and plot of this job, against its wall time.
@@ -276,18 +277,21 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
     shutil.rmtree(run.spool, ignore_errors=True)  # a local record of an earlier attempt is obsolete
     if not context.multirun:  # a sweep's callback says where all its runs are
         print(f"run: {tracking.ui_address(job.tracking_uri, run.experiment_id, context.root)}")
-    return result.global_rel_l2
+    return result.error
 
 
-def log_result(run: tracking.RunLogger, result: RunResult, name: str) -> None:
+def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -> None:
     """The end-of-run metrics and tags; what went wrong without failing the run
     (solver events, the held-out check's warning, θ₀ above its tolerance) is also
     printed at the end."""
-    if not result.sequential:  # a global-in-time method's error curve exists only now
-        run.curve("rel_l2", range(len(result.rel_l2)), result.rel_l2)
-    for key in ("global_rel_l2", "runtime_s", "eval_s", "compile_s", "reference_s", "checkpoint_s"):
+    if result.rel_l2 is not None:  # against the reference, where the run has one
+        if not result.sequential:  # a global-in-time method's error curve exists only now
+            run.curve("rel_l2", range(len(result.rel_l2)), result.rel_l2)
+        run.metric("global_rel_l2", result.global_rel_l2)
+        run.metric("final_rel_l2", result.rel_l2[-1])
+    for key in ("runtime_s", "eval_s", "compile_s", "reference_s", "checkpoint_s"):
         run.metric(key, getattr(result, key))
-    run.metric("final_rel_l2", result.rel_l2[-1])
+    run.tags({"reference": "yes" if result.rel_l2 is not None else "none", "estimate_used": result.estimate})
     for key, value in result.scalars.items():  # est_global_rel_l2, steps_accepted, steps_rejected, …
         run.metric(key, value)
     for key, count in result.events.items():
@@ -314,6 +318,9 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str) -> None:
                     f"holdout.fail={result.holdout.fail:g}): the fits may overfit the quadrature nodes")
     if fit is not None and not fit.converged:
         warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
+    if result.estimate == "trapezoid" and run_cfg.estimate.startswith("hermite"):
+        print(f"note: {name}: estimate={run_cfg.estimate} needs derivatives of twice the operator's order "
+              f"({2 * run_cfg.equation.order}): the run's estimate is trapezoid", file=sys.stderr)
     for msg in warn:
         print(f"warning: {name}: {msg}", file=sys.stderr)
     if result.sequential and "est_global_rel_l2" in result.scalars:
@@ -323,12 +330,16 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str) -> None:
 def summary_line(result: RunResult, name: str) -> str:
     """One line on what a run reached and what it estimates of its own error, e.g.
     ``teng_heun-heat-dtauto: t=1 in 61 steps (3 rejected), Δt 0.0031–0.026;
-    error 1.1e-07 (estimate 2.3e-07), global 9.8e-08 (estimate 1.9e-07)``."""
+    error 1.1e-07 (estimate 2.3e-07), global 9.8e-08 (estimate 1.9e-07)``; without a
+    reference, ``…; no reference: estimated error 2.3e-07, global 1.9e-07``."""
     s = result.scalars
     steps = f"t={result.times[-1]:.6g} in {len(result.times) - 1} steps"
     if "steps_rejected" in s:
         dt = np.diff(result.times)
         steps += f" ({int(s['steps_rejected'])} rejected), Δt {dt.min():.2g}–{dt.max():.2g}"
+    if result.rel_l2 is None:
+        return (f"{name}: {steps}; no reference: estimated error {result.est_rel_l2[-1]:.2g}, "
+                f"global {s['est_global_rel_l2']:.2g}")
     return (f"{name}: {steps}; error {result.rel_l2[-1]:.2g} (estimate {result.est_rel_l2[-1]:.2g}), "
             f"global {result.global_rel_l2:.2g} (estimate {s['est_global_rel_l2']:.2g})")
 

@@ -17,14 +17,16 @@ _MARGINS = dict(left=0.08, right=0.97, bottom=0.14, top=0.86, wspace=0.3)
 
 def error_curve(path: Path, times, rel_l2, step_loss=None, title: str = "", step_times=None,
                 estimate=None) -> Path:
-    """Relative L² error against time (paper Fig. compare_method_all), with the run's
-    own a-posteriori ``estimate`` of it (``est_rel_l2``) where it has one, and the
-    per-step final loss on a second panel when given, against ``step_times``
-    (default ``times[1:]``; a global-in-time method passes its block numbers)."""
+    """Relative L² error against time (paper Fig. compare_method_all; ``rel_l2`` None:
+    the run has no reference), with the run's own a-posteriori ``estimate`` of it
+    (``est_rel_l2``) where it has one, and the per-step final loss on a second panel
+    when given, against ``step_times`` (default ``times[1:]``; a global-in-time method
+    passes its block numbers)."""
     panels = 1 if step_loss is None else 2
     fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
     ax = axes[0, 0]
-    ax.semilogy(times, rel_l2, label="error (against the reference)")
+    if rel_l2 is not None:
+        ax.semilogy(times, rel_l2, label="error (against the reference)")
     if estimate is not None and np.isfinite(estimate).any():
         ax.semilogy(times, estimate, "--", label="estimate (no reference)")
         ax.legend(fontsize=8)
@@ -84,7 +86,8 @@ def loss_iterations(path: Path, table, steps, step_loss=None, step_times=None, t
 def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
     """Reference, TENG and their difference as density plots at a few times (paper Fig.
     burgers_color); ``snapshots`` maps step → (TENG, reference), each the values at the
-    points of ``evaluation`` (the equation's :class:`~teng_eq.grid.Quadrature`).
+    points of ``evaluation`` (the equation's :class:`~teng_eq.grid.Quadrature`); a
+    reference None (the run has none): TENG's row alone.
 
     On a 2-D grid (``evaluation.grid_shape``) the fields are images; on a 3-D grid, the
     slice through the middle of the last axis; on scattered 2-D points (the disk), a
@@ -112,17 +115,20 @@ def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
         extent = (float(xy[..., 0].min()), float(xy[..., 0].max()), float(xy[..., 1].min()), float(xy[..., 1].max()))
     else:
         cut = np.asarray
-    fields = {n: (cut(snapshots[n][1]), cut(snapshots[n][0])) for n in steps}
-    lo = min(float(np.min(f[0])) for f in fields.values())
-    hi = max(float(np.max(f[0])) for f in fields.values())
-    worst = max(float(np.max(np.abs(f[1] - f[0]))) for f in fields.values()) or 1.0
+    has_ref = snapshots[steps[0]][1] is not None
+    fields = {n: (cut(snapshots[n][1]) if has_ref else None, cut(snapshots[n][0])) for n in steps}
+    shown = [f[0] if has_ref else f[1] for f in fields.values()]
+    lo, hi = min(float(np.min(f)) for f in shown), max(float(np.max(f)) for f in shown)
+    labels = ("reference", "TENG", "TENG − reference") if has_ref else ("TENG (no reference)",)
+    worst = (max(float(np.max(np.abs(f[1] - f[0]))) for f in fields.values()) or 1.0) if has_ref else 1.0
     scales = ({"vmin": lo, "vmax": hi}, {"vmin": lo, "vmax": hi},
-              {"vmin": -worst, "vmax": worst, "cmap": "RdBu_r"})
-    fig, axes = plt.subplots(3, len(steps), figsize=(2.6 * len(steps) + 1.0, 7.8), squeeze=False)
+              {"vmin": -worst, "vmax": worst, "cmap": "RdBu_r"})[3 - len(labels):]
+    fig, axes = plt.subplots(len(labels), len(steps), figsize=(2.6 * len(steps) + 1.0, 2.6 * len(labels)),
+                             squeeze=False)
     images = []
     for col, n in enumerate(steps):
         ref, teng = fields[n]
-        for row, field in enumerate((ref, teng, teng - ref)):
+        for row, field in enumerate((ref, teng, teng - ref) if has_ref else (teng,)):
             ax = axes[row, col]
             if shape is not None:
                 image = ax.imshow(field, origin="lower", extent=extent, aspect="equal", **scales[row])
@@ -134,7 +140,7 @@ def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
             ax.set_xticks([])
             ax.set_yticks([])
         axes[0, col].set_title(f"t = {times[n]:.4g}")
-    for row, label in enumerate(("reference", "TENG", "TENG − reference")):
+    for row, label in enumerate(labels):
         axes[row, 0].set_ylabel(label)
         fig.colorbar(images[row], ax=list(axes[row]), fraction=0.03, pad=0.02,
                      format="%.1e" if row == 2 else None)

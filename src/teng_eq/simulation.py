@@ -33,10 +33,10 @@ from teng_eq.results import EVENTS, StepRecord
 @dataclasses.dataclass
 class RunResult:
     times: np.ndarray  # (n_steps + 1,) physical times t_n (n·dt, or the controller's)
-    rel_l2: np.ndarray  # (n_steps + 1,) error at each t_n; index 0 is the start
+    rel_l2: np.ndarray | None  # (n_steps + 1,) error at each t_n, index 0 the start; None: no reference
     metrics: dict[str, np.ndarray]  # the method's, per method step, each (steps,)
     wall_time_s: np.ndarray  # (steps,) cumulative stepping time
-    global_rel_l2: float
+    global_rel_l2: float | None  # None: no reference
     runtime_s: float
     eval_s: float
     compile_s: float
@@ -55,6 +55,14 @@ class RunResult:
     # End-of-run numbers beyond the fields above (est_global_rel_l2, steps_accepted,
     # steps_rejected, iterations_total: stage iterations of every try, estimate_s).
     scalars: dict[str, float] = dataclasses.field(default_factory=dict)
+    estimate: str = "none"  # the estimate it computed (teng_eq.estimate.KINDS; trapezoid where hermite cannot)
+
+    @property
+    def error(self) -> float:
+        """The run's global error: against the reference, else its own estimate (NaN: neither)."""
+        if self.global_rel_l2 is not None:
+            return self.global_rel_l2
+        return self.scalars.get("est_global_rel_l2", float("nan"))
 
     @property
     def step_loss(self) -> np.ndarray:
@@ -115,11 +123,13 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     # --- Set-up: the method (θ₀ is its business), the reference, compiled functions --
     method = build_method(cfg, cache_dir=cache_dir, log=log)
     t0 = time.perf_counter()
-    if cfg.adaptive:
+    reference, reference_s = None, 0.0  # none: the run's error is its estimate
+    if cfg.has_reference and cfg.adaptive:
         reference = cfg.equation.reference_anytime(cfg.t_final, cache_dir=cache_dir)
-    else:
+    elif cfg.has_reference:
         reference = cfg.equation.reference(np.arange(cfg.n_steps + 1) * cfg.dt, cache_dir=cache_dir)
-    reference_s = time.perf_counter() - t0
+    if reference is not None:
+        reference_s = time.perf_counter() - t0
     key_run = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 1)  # step n draws fold_in(key_run, n)
     evaluation = cfg.equation.evaluation(cfg.eval_grid)
     compiled = Compiled.build(method, cfg, key_run, evaluation.points)
@@ -189,13 +199,14 @@ def accept(run: RunState, step: Step, method: Method, cfg: RunConfig, meter: Err
     estimate, step_dt = meter.compiled.estimate, step.dt if step.dt is not None else cfg.dt
     if estimate is not None:
         clock = time.perf_counter()
-        vectors, scalars = estimate.local(n, run.state, step.state, step_dt)
+        vectors, scalars = estimate.local(n, run.state, step.state, step_dt, run.t)
         history.u_sq[n] = scalars.pop("u_l2") ** 2
         method_metrics.update(scalars)
         run.clock.estimate_s += time.perf_counter() - clock
     metrics = dict(method_metrics)
     if method.sequential:
-        metrics["rel_l2"] = meter(n, step.state, run)
+        if (rel_l2 := meter(n, step.state, run)) is not None:
+            metrics["rel_l2"] = rel_l2
         if meter.compiled.boundary is not None:
             metrics["boundary_max_abs"] = float(history.boundary[n])
     why = divergence_reason(metrics, history.metrics.get("step_loss"), n, divergence_factor,
@@ -233,15 +244,18 @@ def result(run: RunState, method: Method, compiled: Compiled, meter: ErrorMeter,
         scalars["estimate_s"] = run.clock.estimate_s
     if run.controller is not None:
         scalars["steps_accepted"], scalars["steps_rejected"] = run.controller.accepted, run.controller.rejected
+    measured = meter.reference is not None
     return RunResult(
-        times=times, rel_l2=np.sqrt(err_sq / ref_sq), metrics=per_step, wall_time_s=history.wall[:n],
-        global_rel_l2=global_relative_l2(err_sq, ref_sq, times), runtime_s=run.clock.stepping,
+        times=times, rel_l2=np.sqrt(err_sq / ref_sq) if measured else None, metrics=per_step,
+        wall_time_s=history.wall[:n], global_rel_l2=global_relative_l2(err_sq, ref_sq, times) if measured else None,
+        runtime_s=run.clock.stepping,
         eval_s=run.clock.eval_s, compile_s=compiled.seconds, fit_report=method.fit_report(),
         reference_s=reference_s, events={k: int(np.nansum(per_step[k])) for k in EVENTS if k in per_step},
         network=method.network(run.state), losses=history.tables, snapshots=meter.snapshots,
         sequential=method.sequential, inner_measure=method.inner_measure, holdout=method.holdout_limits(),
         resumed_from=resumed_from, checkpoint_s=checkpoint_s,
         est_rel_l2=history.est[:n_times] / np.sqrt(history.u_sq[:n_times]), scalars=scalars,
+        estimate=compiled.estimate.kind if compiled.estimate is not None else "none",
     )
 
 

@@ -2,6 +2,6 @@
 ``conf/equation/*.yaml`` (e.g. ``teng_eq.equations.heat:Heat``); the shared pieces
 (:class:`Equation`, :func:`operator`) are in :mod:`.base`."""
 
-from teng_eq.equations.base import Equation, build_equation, derivatives, network_operator, operator
+from teng_eq.equations.base import Equation, Field, build_equation, derivatives, network_operator, operator
 
-__all__ = ["Equation", "build_equation", "derivatives", "network_operator", "operator"]
+__all__ = ["Equation", "Field", "build_equation", "derivatives", "network_operator", "operator"]

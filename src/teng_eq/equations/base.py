@@ -1,15 +1,17 @@
-"""What every equation is: ``∂ₜu = L[u] = ν Δu + N(u, ∇u)`` on a domain, from an
-initial condition, with a way to compute its reference solution.
+"""What every equation is: ``∂ₜu = L[u]`` on a domain, from an initial condition, with
+a way to compute its reference solution, or none.
 
 An equation is one class (one module under :mod:`teng_eq.equations`) named by
 the ``impl`` key of its ``conf/equation/*.yaml``; the other keys of that yaml are
 the class's fields (:meth:`Equation.from_config`). The class declares everything
 the rest of the code asks of it, so that nothing elsewhere dispatches on its name:
 
-* the PDE: :attr:`Equation.nonlinear` (N), with ``ν Δu`` in :meth:`Equation.rhs`;
-  the same N serves the network (derivatives by autodiff, :func:`operator`) and
-  the pseudo-spectral reference (derivatives by FFT), so the two cannot
-  disagree about the PDE;
+* the PDE: :meth:`Equation.operator`, L[u] at time t from a :class:`Field` that gives u,
+  the points x and any derivative of u there by autodiff — any order, mixed ones,
+  variable coefficients, forcing. The short way for ``L[u] = ν Δu + N(u, ∇u)``:
+  :meth:`Equation.nonlinear` (N), with ``ν Δu`` in :meth:`Equation.rhs`; the same N
+  serves the network and the pseudo-spectral reference (derivatives by FFT), so the
+  two cannot disagree about the PDE;
 * the domain: :attr:`Equation.dim`, the network input (:attr:`Equation.periods`:
   the periods of the periodic embedding, or None for plain Cartesian input) and
   the boundary (:meth:`Equation.boundary_points`; a Dirichlet boundary also marks
@@ -20,7 +22,11 @@ the rest of the code asks of it, so that nothing elsewhere dispatches on its nam
   (:meth:`Equation.holdout`) and for the error norms (:meth:`Equation.evaluation`);
 * how its reference is computed (:meth:`Equation.reference_scheme`, an object of
   :mod:`teng_eq.reference`: exact Fourier decay, pseudo-spectral ETDRK4 with its
-  nonlinearity degree and resolution table, or a Bessel series).
+  nonlinearity degree and resolution table, a Bessel series, the equation's own
+  closed-form :meth:`Equation.solution`), or None: the run then measures its error by
+  its own estimate alone (:mod:`teng_eq.estimate`);
+* the error estimate's growth rate μ (:meth:`Equation.growth_rate`), declared, or
+  measured on the run's own fields where it is not (periodic domains).
 """
 
 from __future__ import annotations
@@ -36,25 +42,31 @@ from jaxtyping import Array, Float
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature
 from teng_eq.options import import_impl, one_of, options_from
-from teng_eq.reference import reference_anytime, reference_solution
+from teng_eq.reference import ClosedForm, reference_anytime, reference_solution
 
 
 class Equation(eqx.Module):
-    """``∂ₜu = ν Δu + N(u, ∇u)`` on the domain of the subclass, from the initial
-    condition ``initial_conditions[initial_condition]``.
+    """``∂ₜu = L[u]`` on the domain of the subclass, from the initial condition
+    ``initial_conditions[initial_condition]``; by default ``L[u] = ν Δu + N(u, ∇u)``.
 
     Subclasses set the class variables and implement the domain methods; their
-    fields are their config keys (no defaults: ``conf/`` is the one source).
+    fields are their config keys (no defaults: ``conf/`` is the one source; ``nu``
+    aside, 0 where an equation's operator has no ν Δu of its own).
     """
 
     name: str = eqx.field(static=True)
-    nu: float = eqx.field(static=True)
     initial_condition: str = eqx.field(static=True)
+    nu: float = eqx.field(static=True, default=0.0, kw_only=True)
 
     #: Spatial dimension.
     dim: ClassVar[int]
     #: Whether ``L`` is linear in u (N ≡ 0): what methods restricted to linear PDEs ask.
     linear: ClassVar[bool] = False
+    #: The highest order of the x-derivatives in ``L`` (the Hermite estimate needs twice it).
+    order: ClassVar[int] = 2
+    #: Whether ``L`` depends on t only through u (no forcing or coefficient in t): a step
+    #: of a time-dependent equation is told its time.
+    autonomous: ClassVar[bool] = True
     #: The initial conditions this equation can start from, by config name: each a
     #: function of one point (coordinate first; NumPy or JAX) to u₀ there.
     initial_conditions: ClassVar[Mapping[str, Callable]]
@@ -67,8 +79,8 @@ class Equation(eqx.Module):
 
     def validate(self, prefix: str) -> None:
         """Value checks of :meth:`from_config` (extended by subclasses)."""
-        if not self.nu > 0:
-            raise bad(f"{prefix}.nu", self.nu, "must be a number > 0")
+        if not self.nu >= 0:
+            raise bad(f"{prefix}.nu", self.nu, "must be a number >= 0")
         one_of(f"{prefix}.initial_condition", self.initial_condition, sorted(self.initial_conditions))
 
     # --- domain ---------------------------------------------------------------------
@@ -110,7 +122,14 @@ class Equation(eqx.Module):
 
     def reference_scheme(self):
         """How the reference solution is computed: an object of :mod:`teng_eq.reference`
-        with ``solution(equation, times, cache_dir=, n=, dt=)``."""
+        with ``solution(equation, times, cache_dir=, n=, dt=)`` and ``anytime(…)``; by
+        default the equation's own :meth:`solution` where it has one, else None (no
+        reference: the run's error is its estimate's)."""
+        return ClosedForm() if type(self).solution is not Equation.solution else None
+
+    def solution(self, x: Float[Array, "dim n"], t: float) -> Float[Array, " n"]:
+        """The exact solution at points ``x`` (coordinate first) and time t, for an
+        equation that has one (a manufactured solution, say): its reference."""
         raise NotImplementedError
 
     def reference(self, times, *, cache_dir=None, n: int | None = None, dt: float | None = None):
@@ -125,6 +144,13 @@ class Equation(eqx.Module):
         return reference_anytime(self, t_final, cache_dir=cache_dir)
 
     # --- the PDE --------------------------------------------------------------------
+
+    def operator(self, u: Field, t) -> Float[Array, " n"]:
+        """``L[u]`` at ``u``'s points at time t (a scalar): by default the short form
+        :meth:`rhs`. An equation of another form overrides it, with the derivatives it
+        needs from ``u`` (``u.value``, ``u.grad``, ``u.lap``, ``u.d(0, 0, 1)``, …),
+        coefficients of ``u.x`` and, if it sets ``autonomous = False``, of t."""
+        return self.rhs(u.value, u.grad, u.lap)
 
     def nonlinear(self, u, grad_u):
         """N(u, ∇u); ``grad_u`` has the spatial dimension as its *first* axis.
@@ -142,8 +168,9 @@ class Equation(eqx.Module):
         ``⟨L[v] − L[w], v − w⟩_{L²} ≤ μ ‖v − w‖²`` for v near the solution whose values
         (and gradient, first axis the dimension) on a grid are ``u``, ``grad_u`` — the
         rate at which two nearby solutions may separate in L². Declared next to the
-        operator by every equation."""
-        raise NotImplementedError
+        operator; None (the default): not declared, and the estimate measures it
+        (:func:`teng_eq.estimate.measured_growth_rate`, periodic domains)."""
+        return None
 
 
 #: Keys of an ``equation`` group that are not the equation's fields: its class, and
@@ -158,6 +185,60 @@ def build_equation(group: Mapping, key: str = "equation") -> Equation:
         raise bad(key, group, "must be a config group (a mapping)")
     fields = {k: v for k, v in group.items() if k not in GROUP_KEYS}
     return import_impl(group.get("impl"), f"{key}.impl").from_config(fields)
+
+
+class Field:
+    """A function u of x (``fn``: ``(n, dim)`` points to ``(n,)`` values, each row on its
+    own, as a network applied row by row) at ``points``: its values and derivatives
+    there, by forward-mode autodiff, each computed once (what :meth:`Equation.operator`
+    reads).
+
+    ``value``, ``grad`` (first axis the dimension) and ``lap`` come from one pass of
+    :func:`derivatives`; ``d(i, j, …)`` is ``∂ᵢ∂ⱼ… u`` of any order (nested JVPs, the
+    axes in any order: a network is smooth, its partial derivatives commute); ``x`` the
+    points, coordinate first (for coefficients and forcing)."""
+
+    def __init__(self, fn: Callable[[Array], Array], points: Float[Array, "n dim"]):
+        self.fn, self.points = fn, points
+        self._cache: dict = {}
+
+    @property
+    def x(self) -> Float[Array, "dim n"]:
+        return self.points.T
+
+    def _first(self):
+        if "first" not in self._cache:
+            self._cache["first"] = derivatives(self.fn, self.points)
+        return self._cache["first"]
+
+    @property
+    def value(self) -> Float[Array, " n"]:
+        return self._first()[0]
+
+    @property
+    def grad(self) -> Float[Array, "dim n"]:
+        return self._first()[1]
+
+    @property
+    def lap(self) -> Float[Array, " n"]:
+        return self._first()[2]
+
+    def d(self, *axes: int) -> Float[Array, " n"]:
+        """``∂^k u / ∂x_{axes[0]} … ∂x_{axes[k-1]}`` at the points (``d()``: u itself)."""
+        axes = tuple(sorted(axes))
+        if not axes:
+            return self.value
+        if axes not in self._cache:
+            fn = self.fn
+            for a in axes:
+                fn = _partial(fn, jnp.zeros_like(self.points).at[:, a].set(1.0))
+            self._cache[axes] = fn(self.points)
+        return self._cache[axes]
+
+
+def _partial(fn: Callable[[Array], Array], e: Array) -> Callable[[Array], Array]:
+    """The derivative of a row-wise ``fn`` along ``e`` (a tangent per row), as a function."""
+    return lambda p: jax.jvp(fn, (p,), (e,))[1]
 
 
 def derivatives(
@@ -185,14 +266,14 @@ def derivatives(
 
 
 def operator(
-    equation: Equation, fn: Callable[[Array], Array], points: Float[Array, "n dim"]
+    equation: Equation, fn: Callable[[Array], Array], points: Float[Array, "n dim"], t=0.0
 ) -> Float[Array, " n"]:
-    """``L[fn]`` at every row of ``points`` (autodiff in x, see :func:`derivatives`)."""
-    return equation.rhs(*derivatives(fn, points))
+    """``L[fn]`` at every row of ``points`` at time t (autodiff in x: :class:`Field`)."""
+    return equation.operator(Field(fn, points), t)
 
 
 def network_operator(equation: Equation, space, theta: Float[Array, " params"],
-                     points: Float[Array, "n dim"]) -> Float[Array, " n"]:
-    """``L[û_θ]`` at ``points``, û_θ the network of ``space`` (a
+                     points: Float[Array, "n dim"], t=0.0) -> Float[Array, " n"]:
+    """``L[û_θ]`` at ``points`` and time t, û_θ the network of ``space`` (a
     :class:`~teng_eq.model.ParamSpace`) at the flat parameters θ."""
-    return operator(equation, lambda p: space.apply(theta, p), points)
+    return operator(equation, lambda p: space.apply(theta, p), points, t)

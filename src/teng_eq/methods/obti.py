@@ -69,10 +69,10 @@ class OBTI(ThetaMethod):
     def optimizer(self) -> optax.GradientTransformationExtraArgs:
         raise NotImplementedError
 
-    def target(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
-        """``û_θ + Δt L[û_θ]`` on the grid."""
+    def target(self, theta: Float[Array, " params"], t=0.0) -> Float[Array, " n"]:
+        """``û_θ + Δt L[û_θ]`` on the grid (L at t)."""
         u = self.space.apply(theta, self.points)
-        return u + self.dt * network_operator(self.equation, self.space, theta, self.points)
+        return u + self.dt * network_operator(self.equation, self.space, theta, self.points, t)
 
     def fit(
         self, theta: Float[Array, " params"], target: Float[Array, " n"]
@@ -98,9 +98,9 @@ class OBTI(ThetaMethod):
         return theta, jnp.concatenate([values, loss(theta)[None]]), gnorms
 
     def step(
-        self, state: Float[Array, " params"], key: PRNGKeyArray
+        self, state: Float[Array, " params"], key: PRNGKeyArray, t=0.0
     ) -> tuple[Float[Array, " params"], StepRecord]:
-        theta, losses, gnorms = self.fit(state, self.target(state))
+        theta, losses, gnorms = self.fit(state, self.target(state, t))
         return theta, StepRecord(losses=losses[None], inner=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
                                  metrics={"step_loss": losses[-1]})
 

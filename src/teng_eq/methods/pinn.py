@@ -76,7 +76,7 @@ def pde_residual(
     (time derivative by a JVP, L by :func:`~teng_eq.equations.operator`)."""
     x, t = z[:-1], z[-1:]
     _, u_t = jax.jvp(lambda s: fn(jnp.concatenate([x, s])), (t,), (jnp.ones_like(t),))
-    lu = operator(equation, lambda p: jax.vmap(lambda y: fn(jnp.concatenate([y, t])))(p), x[None])
+    lu = operator(equation, lambda p: jax.vmap(lambda y: fn(jnp.concatenate([y, t])))(p), x[None], t[0])
     return u_t - lu[0]
 
 

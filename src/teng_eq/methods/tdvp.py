@@ -74,23 +74,25 @@ class TDVP(ThetaMethod):
                 "equation": problem.equation, "tableau": RK4, "dt": problem.dt, "subsample": options.subsample}
 
     def velocity(
-        self, theta: Float[Array, " params"], key: PRNGKeyArray
+        self, theta: Float[Array, " params"], key: PRNGKeyArray, t=0.0
     ) -> tuple[Float[Array, " params"], Float[Array, ""], tuple[RESULTS, RESULTS]]:
         """``(θ̇, ρ, results)``: the sparse Dirac–Frenkel velocity at θ on a random
         subset, its squared residual ``ρ = ‖J_S θ̇_S − L[û_θ]‖²_{L²}`` (the stage
         solver's weighted projection), and what the solve ran into."""
         subset = random_subset(key, self.space.size, self.subsample)
         rows = self.solver.rows(self.solver.factors(theta), subset)
-        rhs = network_operator(self.equation, self.space, theta, self.solver.points)
+        rhs = network_operator(self.equation, self.space, theta, self.solver.points, t)
         x, rho, results = self.solver.project(rows, rhs)
         return jnp.zeros_like(theta).at[subset].set(x), rho, results
 
-    def step(self, state: Float[Array, " params"], key: PRNGKeyArray) -> tuple[Float[Array, " params"], StepRecord]:
+    def step(self, state: Float[Array, " params"], key: PRNGKeyArray,
+             t=0.0) -> tuple[Float[Array, " params"], StepRecord]:
         keys = jax.random.split(key, self.tableau.stages)
+        nodes = [0.0] + [sum(row) for row in self.tableau.a]  # slope j at t + cⱼΔt
         rho, events = [], []
 
         def slope(j, theta):
-            k, r, results = self.velocity(theta, keys[j])
+            k, r, results = self.velocity(theta, keys[j], t + nodes[j] * self.dt)
             rho.append(r)
             events.append(event_counts(*results))
             return k

@@ -119,10 +119,10 @@ class TENG(ThetaMethod):
     def parameters(self, state) -> Float[Array, " params"]:
         return state.theta if isinstance(state, Extrapolating) else state
 
-    def step(self, state, key: PRNGKeyArray, dt=None, expected=None) -> tuple[object, StepRecord]:
+    def step(self, state, key: PRNGKeyArray, dt=None, expected=None, t=0.0) -> tuple[object, StepRecord]:
         if not isinstance(state, Extrapolating):
-            return self.advance(state, key, dt, expected)
-        theta, record = self.advance(state.theta, key, dt, expected, rate=state.rate)
+            return self.advance(state, key, dt, expected, t=t)
+        theta, record = self.advance(state.theta, key, dt, expected, rate=state.rate, t=t)
         h = self.advance.dt if dt is None else dt
         # Times 1/h, not over h: XLA compiles a division by a constant Δt so, and Δt is an
         # argument of the compiled step (teng_eq.driver.lower_step) since fixed-Δt runs

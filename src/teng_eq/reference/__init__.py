@@ -1,6 +1,7 @@
 """Reference solutions: each equation names its scheme (:meth:`Equation.reference_scheme`)
 and this package computes it — exact Fourier decay (:mod:`.fourier`), pseudo-spectral
-ETDRK4 with bounded memory (:mod:`.etdrk4`), a Bessel series on the disk (:mod:`.bessel`)."""
+ETDRK4 with bounded memory (:mod:`.etdrk4`), a Bessel series on the disk (:mod:`.bessel`),
+the equation's own closed form (:mod:`.closed`) — or there is none (the scheme is None)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from teng_eq.reference.closed import ClosedForm, ClosedFormSolution
 from teng_eq.reference.etdrk4 import ETDRK4Solution, Pseudospectral, etdrk4_coefficients
 from teng_eq.reference.fourier import DecayingModes, ExactFourier, FourierSolution, SpectralSolution
 
@@ -55,6 +57,6 @@ def save_npz(path, equation, solution, m: int) -> Path:
 
 
 __all__ = [
-    "DecayingModes", "ETDRK4Solution", "ExactFourier", "FourierSolution", "Pseudospectral",
+    "ClosedForm", "ClosedFormSolution", "DecayingModes", "ETDRK4Solution", "ExactFourier", "FourierSolution", "Pseudospectral",
     "SpectralSolution", "etdrk4_coefficients", "reference_anytime", "reference_solution", "save_npz",
 ]

@@ -1,0 +1,179 @@
+"""A PDE of the user's own (examples/, docs/guides/your-own-pde.md): operators of any
+form through :class:`~teng_eq.equations.Field`, time-dependent ones, a run without a
+reference whose error is its own estimate, the growth rate measured where none is
+declared. The examples at small size: where a truth exists, the estimate brackets it
+within the band the guide states, at every step after the fifth."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers.configs import ROOT, make_config
+
+from teng_eq.equations import Field, operator
+from teng_eq.equations.heat import Heat
+from teng_eq.errors import ConfigError
+from teng_eq.estimate import Defect, fourier_modes, measured_growth_rate
+from teng_eq.simulation import build_method, run_simulation
+
+EXAMPLES = ROOT / "examples"
+SEARCH = f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]"
+#: θ₀ in seconds on a 16² grid (its accuracy is not what these tests are about).
+FIT = ["fit.stage1_max_iters=100", "fit.stage2_max_iters=20", "fit.stage2_polish_iters=5", "fit.stage2_tol=1e-6"]
+#: The band ``est_rel_l2 / rel_l2`` lies in at every step after the fifth (the guide's).
+BAND = (0.5, 20.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def examples_importable():
+    sys.path.insert(0, str(EXAMPLES))
+    yield
+    sys.path.remove(str(EXAMPLES))
+
+
+def example(name: str, *overrides: str):
+    return make_config(SEARCH, f"equation={name}", "grid=16", "eval_grid=32", *FIT, *overrides)
+
+
+def _bracketed(result) -> tuple[float, float]:
+    ratio = result.est_rel_l2[6:] / result.rel_l2[6:]
+    assert len(ratio) >= 3 and BAND[0] <= ratio.min() and ratio.max() <= BAND[1], ratio
+    return float(ratio.min()), float(ratio.max())
+
+
+# --- The operator: any derivative, x and t ----------------------------------------------
+
+
+def test_a_field_gives_any_derivative_of_a_function():
+    """∂₁∂₁∂₂∂₂ and friends of ``sin(2x₁) cos(3x₂)`` against calculus, to round-off."""
+    pts = jax.random.uniform(jax.random.PRNGKey(0), (50, 2), minval=0.0, maxval=6.0)
+
+    def fn(p):
+        return jnp.sin(2 * p[:, 0]) * jnp.cos(3 * p[:, 1])
+
+    u, s, c = Field(fn, pts), jnp.sin(2 * pts[:, 0]), jnp.cos(3 * pts[:, 1])
+    exact = {(): s * c, (0,): 2 * jnp.cos(2 * pts[:, 0]) * c, (1, 1): -9 * s * c,
+             (0, 0, 1, 1): 4 * 9 * s * c, (1, 0, 1, 0): 36 * s * c, (0, 0, 0, 0): 16 * s * c}
+    for axes, value in exact.items():
+        np.testing.assert_allclose(u.d(*axes), value, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(u.lap, -13 * s * c, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(u.x, pts.T)
+
+
+class HeatAsOperator(Heat):
+    """Heat written as an operator of its own form: L[u] = ν (∂₁₁u + ∂₂₂u)."""
+
+    def operator(self, u, t):
+        return self.nu * (u.d(0, 0) + u.d(1, 1))
+
+
+def test_an_operator_of_any_form_is_the_short_form_where_they_agree(warm_cache):
+    """Heat's short form and the same operator written through Field.d: the same L[û],
+    and the same Hermite defect by either route (the short form's fields, or L applied to
+    p(½) as a function), to round-off."""
+    cfg = make_config("equation.initial_condition=sines2d", "grid=32")
+    method, heat = build_method(cfg, cache_dir=warm_cache), cfg.equation
+    general = HeatAsOperator.from_config({f: getattr(heat, f) for f in ("name", "nu", "lengths",
+                                                                        "initial_condition")})
+    theta0 = method.theta0
+    theta1 = theta0 + 1e-4 * jax.random.normal(jax.random.PRNGKey(1), theta0.shape)
+    points = heat.evaluation(16).points
+    np.testing.assert_allclose(operator(general, lambda p: method.space.apply(theta0, p), points),
+                               operator(heat, lambda p: method.space.apply(theta0, p), points), rtol=0, atol=1e-12)
+    short, other = (Defect(method.space, eq, heat.holdout(32, 16), hermite=True) for eq in (heat, general))
+    assert short.short and not other.short and other.hermite
+    (v0, _), (v1, _) = (d.combine(d.fields(theta0), d.fields(theta1), 0.01, (theta0, theta1), 0.0)
+                        for d in (short, other))
+    np.testing.assert_allclose(v1["defect"], v0["defect"], rtol=0, atol=1e-10 * float(jnp.abs(v0["defect"]).max()))
+
+
+# --- The growth rate, measured where not declared -------------------------------------
+
+
+@pytest.mark.parametrize("name, declared", [("heat", 0.0), ("allen_cahn", 1.0), ("burgers", None)])
+def test_the_measured_growth_rate_is_below_the_declared_bound(warm_cache, name, declared):
+    """The logarithmic norm of L'[û] on the low Fourier modes, at θ₀ of the tiny problem:
+    heat's is 0 (the constant mode; every other decays), Allen–Cahn's at most 1 (the
+    one-sided Lipschitz constant of u − u³), Burgers' at most its declared exact bound."""
+    eq = make_config(f"equation={name}", "equation.initial_condition=sines2d", "grid=32").equation
+    method = build_method(make_config("equation.initial_condition=sines2d", "grid=32"), cache_dir=warm_cache)
+    holdout = eq.holdout(32, 16)
+    weights = jnp.broadcast_to(jnp.asarray(holdout.weights), holdout.points.shape[:1])
+    u = Field(lambda p: method.space.apply(method.theta0, p), holdout.points)  # û at θ₀ of heat's tiny problem
+    mu = float(measured_growth_rate(eq, u.fn, holdout.points, weights, 0.0,
+                                    fourier_modes(eq.periods, len(holdout.points))))
+    bound = declared if declared is not None else float(eq.growth_rate(u.value, u.grad))
+    eps = 1e-9
+    assert mu <= bound + eps, (mu, bound)
+    if name == "heat":
+        assert abs(mu) <= eps
+
+
+# --- The examples -----------------------------------------------------------------------
+
+
+def test_advection_diffusion_against_its_exact_solution(warm_cache):
+    r = run_simulation(example("advection_diffusion", "t_final=0.1", "dt=0.01"), cache_dir=warm_cache)
+    low, high = _bracketed(r)
+    assert r.estimate == "hermite" and r.global_rel_l2 < 1e-3
+    assert np.all(r.metrics["growth_rate"] == 0.0)
+
+
+def test_a_forced_equation_with_a_variable_coefficient_against_its_manufactured_solution(warm_cache):
+    cfg = example("forced_diffusion", "t_final=0.1", "dt=0.01")
+    assert not cfg.equation.autonomous
+    r = run_simulation(cfg, cache_dir=warm_cache)
+    _bracketed(r)
+    assert r.estimate == "hermite" and r.global_rel_l2 < 1e-3
+
+
+def test_a_fourth_order_equation_against_its_exact_solution(warm_cache):
+    """The biharmonic heat equation: the Hermite estimate would need eighth derivatives,
+    so the run computes the trapezoid one, and says so; it still brackets the error."""
+    r = run_simulation(example("biharmonic", "t_final=0.1", "dt=0.01"), cache_dir=warm_cache)
+    assert r.estimate == "trapezoid"
+    _bracketed(r)
+    assert r.global_rel_l2 < 2e-2
+
+
+def test_a_fourth_order_equation_without_a_reference_runs_on_its_estimate(warm_cache):
+    """Kuramoto–Sivashinsky with dt=auto: no rel_l2 anywhere, the estimate and its
+    measured growth rate at every step, below the analytic bound
+    ``max_k(a|k|² − b|k|⁴) + ½ max Δû`` (wave numbers of the box)."""
+    cfg = example("kuramoto_sivashinsky", "t_final=0.1", "dt=auto", "controller.dt_initial=0.01")
+    assert not cfg.has_reference
+    records = []
+    r = run_simulation(cfg, cache_dir=warm_cache, on_step=records.append)
+    assert r.rel_l2 is None and r.global_rel_l2 is None and r.estimate == "trapezoid"
+    assert all("rel_l2" not in rec.metrics for rec in records)
+    assert all(math.isfinite(rec.metrics["est_rel_l2"]) for rec in records[1:])  # [0]: the start
+    est = r.scalars["est_global_rel_l2"]
+    assert 0 < est < 0.1 and r.error == est and r.times[-1] == 0.1
+    eq = cfg.equation
+    linear = max(eq.a * k2 - eq.b * k2**2 for k2 in range(0, 50))
+    assert np.all(r.metrics["growth_rate"] <= linear + 0.5 * 3.5 + 1e-6)  # |Δu₀| ≤ 1 + 2 + ½
+    assert np.all(r.metrics["growth_rate"] > 0)
+
+
+def test_a_reference_an_equation_cannot_give_is_refused_before_any_compute():
+    with pytest.raises(ConfigError) as err:
+        example("kuramoto_sivashinsky", "reference=required", "dt=auto")
+    assert str(err.value).startswith("invalid config: reference='required': equation kuramoto_sivashinsky has "
+                                     "none") and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^invalid config: estimate='none': equation kuramoto_sivashinsky has "
+                                          r"no reference"):
+        example("kuramoto_sivashinsky", "estimate=none", "dt=auto")
+    with pytest.raises(ConfigError, match="method tdvp_rk4 with estimate=hermite has none"):
+        example("kuramoto_sivashinsky", "method=tdvp_rk4", "dt=0.01", "t_final=0.02")
+
+
+def test_reference_none_runs_a_reference_equation_on_its_estimate_alone(warm_cache):
+    cfg = make_config("equation.initial_condition=sines2d", "grid=32", "eval_grid=32", "t_final=0.04",
+                      "dt=0.02", "reference=none")
+    r = run_simulation(cfg, cache_dir=warm_cache)
+    assert r.rel_l2 is None and r.reference_s == 0.0 and math.isfinite(r.scalars["est_global_rel_l2"])
