@@ -214,9 +214,9 @@ def parse_command_line(argv: list[str]) -> CommandLine | None:
 
 def with_config_dir(overrides: list[str], config_dir: str | None) -> list[str]:
     """``overrides`` with ``config_dir`` (``--config-dir``) added to Hydra's search path
-    as a ``hydra.searchpath`` override, after the folders one already names: the
-    compose API has no ``--config-dir``, and Hydra searches both after the primary
-    config's folder."""
+    as a ``hydra.searchpath`` override, before the folders one already names: the
+    compose API has no ``--config-dir``; Hydra searches the primary config's folder,
+    then ``--config-dir``, then ``hydra.searchpath``'s folders."""
     if config_dir is None:
         return overrides
     url = f"file://{config_dir}"
@@ -231,7 +231,7 @@ def with_config_dir(overrides: list[str], config_dir: str | None) -> list[str]:
         except HydraException as err:
             raise ConfigError(f"invalid config: {one_line(err)}") from None
         named = list(value) if isinstance(value, list) else [value]
-    return [*rest, f"hydra.searchpath=[{','.join(str(v) for v in [*named, url])}]"]
+    return [*rest, f"hydra.searchpath=[{','.join(str(v) for v in [url, *named])}]"]
 
 
 def _group_values(item: str, value: str) -> list[str]:
