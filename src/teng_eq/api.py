@@ -3,7 +3,7 @@ overrides and checks, with or without MLflow.
 
     from teng_eq.api import run
 
-    result = run("heat", "dt=auto", "t_final=0.1")        # a config name of conf/equation/
+    result = run("mine", "dt=auto", config_dir="my_conf")  # a config name (conf/equation/, my_conf/equation/)
     result = run(Mine(name="mine", nu=0.1, a=1.0, lengths=(6.283185307179586,) * 2,
                       initial_condition="waves"), "grid=32")  # an instance: no yaml needed
     result.times, result.rel_l2, result.est_rel_l2, result.network
@@ -31,7 +31,6 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from teng_eq.equations import Equation
-from teng_eq.equations.base import GROUP_KEYS
 from teng_eq.errors import ConfigError, bad
 from teng_eq.job import JobContext, enable_compilation_cache, tracked_job
 from teng_eq.options import user_folders_on_path
@@ -52,8 +51,8 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
     :class:`~teng_eq.simulation.RunResult` (``times``, ``rel_l2``, ``est_rel_l2``,
     ``global_rel_l2``, ``scalars["est_global_rel_l2"]``, the ``network`` at the end).
 
-    ``equation``: a config name of the ``equation`` group (``"heat"``, or one in
-    ``config_dir``), or an :class:`~teng_eq.equations.Equation` instance, whose class
+    ``equation``: a config name of the ``equation`` group (one of ``conf/equation/``,
+    or of ``config_dir``), or an :class:`~teng_eq.equations.Equation` instance, whose class
     and fields become the ``equation`` group (no yaml needed; its class must be
     importable as ``module:Class``, a user's file in the current folder included).
     ``mlflow``: log the run as ``pipeline/sweep.py``'s job does, in ``tracking_uri``
@@ -132,8 +131,6 @@ def equation_group(equation: Equation) -> dict:
     cls = type(equation)
     group = {"impl": f"{cls.__module__}:{cls.__qualname__}"}
     for field in dataclasses.fields(equation):
-        if field.name in GROUP_KEYS:
-            continue
         group[field.name] = _config_value(getattr(equation, field.name), f"equation.{field.name}")
     return group
 
