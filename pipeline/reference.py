@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from teng_eq.equations import build_equation
 from teng_eq.errors import ConfigError
+from teng_eq.options import mark_launch_folder
 from teng_eq.reference import reference_solution, save_npz
 
 
@@ -60,4 +61,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    mark_launch_folder()  # a user's equation module next to where the command runs
     main()

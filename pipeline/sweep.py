@@ -3,6 +3,7 @@
     python pipeline/sweep.py                                   # one run, defaults
     python pipeline/sweep.py -m dt=0.0016,0.005,0.02           # a sweep
     python pipeline/sweep.py experiment=paper_heat2d           # the paper's setting
+    python pipeline/sweep.py --config-dir my_conf equation=mine    # a user's own equation
 
 Every job of the command line is checked before Hydra starts (teng_eq.preflight);
 each job is teng_eq.job.main.
@@ -25,6 +26,7 @@ from omegaconf import DictConfig
 from teng_eq.errors import ConfigError
 from teng_eq.job import JobContext
 from teng_eq.job import main as job
+from teng_eq.options import mark_launch_folder
 from teng_eq.preflight import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +41,9 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    # A user's module next to where the command runs (equation.impl=my_pdes:Mine) is
+    # importable here and in the jobs this starts, as under `python -m`.
+    mark_launch_folder()
     try:
         preflight(sys.argv[1:], ROOT / "conf")
     except ConfigError as err:

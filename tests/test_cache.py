@@ -20,6 +20,10 @@ from teng_eq.initial_fit import FitReport
 
 KEY = {"what": "test", "n": 3, "lengths": [1.0, 2.0]}
 
+#: The u₀ and fit quadrature a θ₀ entry is keyed by (its values on the grid): small.
+_SINES = make_config("equation=allen_cahn", "equation.initial_condition=sines2d").equation
+FIT_INPUTS = {"u0": _SINES.u0, "quadrature": _SINES.quadrature(8)}
+
 
 def _flip_byte(path, where=0.5):
     data = bytearray(path.read_bytes())
@@ -122,7 +126,7 @@ def test_damaged_theta0_is_refitted(tmp_path, monkeypatch, damage, caplog):
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     description = {"initial_condition": "sines2d", "grid": 32, "seed": 0}
-    call = {"net": None, "u0": None, "quadrature": None, "key": None, "fit": None,
+    call = {"net": None, **FIT_INPUTS, "key": None, "fit": None,
             "description": description, "directory": tmp_path}
     theta, report = initial_fit.cached_initial_parameters(**call)
     assert report.cached is False and len(fits) == 1
@@ -148,7 +152,7 @@ def test_a_fit_above_its_tolerance_is_returned_but_not_cached(tmp_path, monkeypa
                                           stage2_damping=1e-8)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
-    call = {"net": None, "u0": None, "quadrature": None, "key": None,
+    call = {"net": None, **FIT_INPUTS, "key": None,
             "fit": types.SimpleNamespace(stage2_tol=5e-14),
             "description": {"initial_condition": "sines2d", "grid": 32, "seed": 0}, "directory": tmp_path}
     for n in (1, 2):
@@ -173,7 +177,7 @@ def test_a_cache_that_cannot_be_written_costs_only_the_cache(tmp_path, monkeypat
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     theta, report = initial_fit.cached_initial_parameters(
-        None, None, None, key=None, fit=None, description={"initial_condition": "sines2d", "grid": 32, "seed": 0},
+        None, FIT_INPUTS["u0"], FIT_INPUTS["quadrature"], key=None, fit=None, description={"initial_condition": "sines2d", "grid": 32, "seed": 0},
         directory=cache)
     np.testing.assert_array_equal(theta, np.arange(5.0))
     assert report.cached is False

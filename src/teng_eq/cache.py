@@ -14,6 +14,7 @@ one, never half of one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -133,6 +134,56 @@ def digest(description: dict, extra: bytes = b"") -> str:
     """sha256 of a canonical JSON ``description`` (plus raw ``extra`` bytes)."""
     text = json.dumps(description, sort_keys=True).encode()
     return hashlib.sha256(text + extra).hexdigest()
+
+
+def content_description(obj) -> dict:
+    """What an object *is*, for a cache key: its class (``module:qualname``) and every
+    dataclass field (an ``eqx.Module`` is one) by name, as canonical JSON values.
+
+    Keys built from this change whenever any field does (a coefficient, a length, a
+    field a subclass adds), so that an edited equation never meets an entry written
+    for its old self. Values: numbers, strings, booleans and None as they are;
+    sequences and mappings element by element; arrays by dtype, shape and a sha256
+    of their bytes; functions by ``module:qualname``; nested dataclasses the same
+    way; anything else by ``repr`` (a cache miss at worst, never a wrong hit)."""
+    return {"class": _qualified(type(obj)),
+            "fields": {f.name: _canonical_value(getattr(obj, f.name)) for f in dataclasses.fields(obj)}}
+
+
+def _qualified(obj) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _canonical_value(value):
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, (float, np.floating)):
+        return float(value)  # json writes floats by repr: the exact float64
+    if isinstance(value, Mapping):
+        return {str(k): _canonical_value(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical_value(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return content_description(value)
+    if hasattr(value, "__array__") or isinstance(value, np.generic):
+        return {"array": array_digest(value)}
+    if callable(value):
+        return _qualified(value)
+    return repr(value)
+
+
+def array_digest(*arrays) -> str:
+    """sha256 over the dtype, shape and bytes of each array (as float64 when real):
+    the content of sampled values, e.g. u₀ on a fit grid, for a cache key."""
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind in "biuf":
+            a = a.astype(np.float64)
+        a = np.ascontiguousarray(a)
+        h.update(json.dumps([a.dtype.str, list(a.shape)]).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def write_atomic(path: Path, write: Callable) -> None:

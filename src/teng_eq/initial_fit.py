@@ -22,8 +22,8 @@ the loss.
 A fit that ends above ``stage2_tol`` is reported (a warning, and
 ``converged=False`` in its :class:`FitReport`) and is not cached, so that no later run
 takes it for a good θ₀. Converged results are cached on disk
-(:func:`cached_initial_parameters`) keyed by initial condition, architecture,
-quadrature grid and seed, so every run and method of a sweep starts from the
+(:func:`cached_initial_parameters`) keyed by the equation (every field), u₀'s
+values on the fit grid, architecture, quadrature grid and seed, so every run and method of a sweep starts from the
 same θ₀ and none refits it.
 """
 
@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.cache import cache_dir, digest, load_arrays, store_or_warn
+from teng_eq.cache import array_digest, cache_dir, digest, load_arrays, store_or_warn
 from teng_eq.equations import Equation, operator
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, grid_points, norm2
@@ -306,8 +306,9 @@ def resolve_init(init: str, equation: Equation, *grids: int) -> str:
     return "odd" if all(odd_under_half_shift(equation, grid) for grid in grids) else "paper"
 
 
-#: Bump when the fitting procedure changes, so stale θ₀ files are not reused.
-FIT_VERSION = 6
+#: Bump when the fitting procedure or the key changes, so stale θ₀ files are not reused
+#: (7: the key holds every field of the equation and u₀'s values on the fit grid).
+FIT_VERSION = 7
 
 
 def fit_key(description: dict) -> str:
@@ -399,11 +400,19 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     return theta, report
 
 
+def u0_digest(u0: Callable[[Array], Array], quadrature: Quadrature) -> str:
+    """sha256 of ``u0`` sampled on the points of ``quadrature`` (with the points and
+    weights themselves): what θ₀'s cache key knows of the initial condition."""
+    values = jax.vmap(u0)(quadrature.points)
+    return array_digest(quadrature.points, quadrature.weights, values)
+
+
 def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
         fit: FitOptions, description: dict, directory=None,
         log: Callable[[object], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """:func:`initial_parameters`, cached under ``directory`` by ``description``
-    (initial condition, architecture, grid, seed, fit settings). Stored as a
+    (the equation, architecture, grid, seed, fit settings) and u₀'s values on
+    ``quadrature`` (:func:`u0_digest`). Stored as a
     self-checking entry (:func:`teng_eq.cache.store_arrays`: θ and the report as
     JSON, no pickle), refitted when missing, damaged or stale.
 
@@ -411,6 +420,9 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
     *not* written to the cache; nor is one the cache cannot take (disk full, a
     folder gone: :func:`~teng_eq.cache.store_or_warn`), which this run still uses.
     """
+    # u₀ by its values, not its name: a formula edited under the same name (a user's
+    # file) is a new θ₀. The fit's own points and weights go with them.
+    description = {**description, "u0_on_fit_grid": u0_digest(u0, quadrature)}
     path = cache_dir(directory) / "theta0" / f"{fit_key(description)}.npz"
     entry_key = {**description, "version": FIT_VERSION}
     cached = load_arrays(path, entry_key)

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -206,7 +207,18 @@ def enable_compilation_cache(folder) -> None:
 
 
 def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) -> float:
-    """One job in its MLflow run (see the module docstring)."""
+    """One job in its MLflow run (see the module docstring): its global error."""
+    return tracked_job(cfg, job, context, job_start)[0]
+
+
+# The job's body returns its RunResult too, and takes the caller's
+# on_step: teng_eq.api.run(..., mlflow=True) makes this same MLflow run.
+def tracked_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float, *,
+                on_step: Callable[[StepRecord], None] | None = None) -> tuple[float, RunResult | None]:
+    """One job in its MLflow run: ``(global error, its RunResult)``; the result is None
+    when the configuration's run is FINISHED already and is skipped (``resume``), the
+    error then that run's. ``on_step`` also sees every step (after it is logged)."""
+    caller_on_step = on_step
     run_cfg, opts = job.run, job.options
     resolved = OmegaConf.to_container(cfg, resolve=True)
     name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
@@ -229,7 +241,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
             log.info("skipped: config_hash=%s is FINISHED as run %s (resume=false runs it again)",
                      chash, done.info.run_id)
             metrics = done.data.metrics
-            return float(metrics.get("global_rel_l2", metrics.get("est_global_rel_l2", float("nan"))))
+            return float(metrics.get("global_rel_l2", metrics.get("est_global_rel_l2", float("nan")))), None
         checkpoints = CheckpointStore.for_run(chash, run.run_id, directory=opts.cache_dir)
         run.spool = checkpoints.path.with_name(f"{run.run_id}.unlogged")  # beside the checkpoint
         run.params({**tracking.flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
@@ -243,6 +255,8 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
                 if rec.step == 1 or rec.step % 100 == 0 or rec.step % opts.checkpoint_every == 0:
                     run.flush()  # the run shows up in `mlflow ui` from the first step
             progress.step(rec)
+            if caller_on_step is not None:
+                caller_on_step(rec)
             interrupts.check()
 
         try:
@@ -277,7 +291,7 @@ def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) ->
     shutil.rmtree(run.spool, ignore_errors=True)  # a local record of an earlier attempt is obsolete
     if not context.multirun:  # a sweep's callback says where all its runs are
         print(f"run: {tracking.ui_address(job.tracking_uri, run.experiment_id, context.root)}")
-    return result.error
+    return result.error, result
 
 
 def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
+import sys
 import typing
 from collections.abc import Mapping
 
@@ -22,18 +24,48 @@ BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progre
                          "checkpoint_every", "resume", "divergence_factor", "store_retry_s"})
 
 
+#: The folder a command was started in (set by the entry scripts, :func:`mark_launch_folder`),
+#: inherited by the processes it launches: joblib's workers, submitit's jobs, whose own
+#: working folder may be another (``hydra.job.chdir=true``, a cluster node).
+LAUNCH_DIR = "TENG_EQ_LAUNCH_DIR"
+
+
+def mark_launch_folder() -> None:
+    """Record the current folder as the command's launch folder (:data:`LAUNCH_DIR`),
+    for this process and those it starts: what an entry script does first."""
+    os.environ[LAUNCH_DIR] = os.getcwd()
+    user_folders_on_path()
+
+
+def user_folders_on_path() -> None:
+    """Make a user's modules next to where the command runs importable, as ``python -m``
+    would: ``python pipeline/sweep.py`` puts the script's folder on ``sys.path``, not
+    the current one. The launch folder (:data:`LAUNCH_DIR`) and the current folder
+    are *appended* to ``sys.path``: found after the installed packages, so that a
+    stray ``jax.py`` in the folder cannot shadow one (``python -m`` would put it first)."""
+    on_path = {os.path.abspath(p or os.curdir) for p in sys.path}
+    for folder in dict.fromkeys(filter(None, (os.environ.get(LAUNCH_DIR), os.getcwd()))):
+        if os.path.abspath(folder) not in on_path:
+            sys.path.append(folder)
+            on_path.add(os.path.abspath(folder))
+
+
 def import_impl(path: str, key: str) -> type:
-    """The class ``module:Class`` named by config key ``key`` (e.g. ``method.impl``)."""
+    """The class ``module:Class`` named by config key ``key`` (e.g. ``method.impl``):
+    an installed module, or a user's file in the folder the command runs in
+    (:func:`user_folders_on_path`)."""
     if not isinstance(path, str) or ":" not in path:
         raise bad(key, path, "must name a class as 'package.module:Class'")
     module, _, name = path.partition(":")
+    user_folders_on_path()
     try:
         imported = importlib.import_module(module)
     except ModuleNotFoundError as err:
         # The module itself (or a package above it) missing is a wrong name; a module
         # it imports missing is a dependency that is not installed.
         own = err.name is not None and (module == err.name or module.startswith(err.name + "."))
-        hint = "is it on the Python path?" if own else "pip install -e . installs the declared dependencies"
+        hint = ("is it on the Python path, or a file in the folder the command runs in?" if own
+                else "pip install -e . installs the declared dependencies")
         raise bad(key, path, f"cannot import it: {err} ({hint})")
     except ImportError as err:
         raise bad(key, path, f"cannot import it: {err}")

@@ -58,7 +58,7 @@ def validate_job(cfg: DictConfig, *, root: Path, overrides: Iterable[str] = ()) 
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as err:
-        raise ConfigError(f"invalid config: {_one_line(err)}") from None
+        raise ConfigError(f"invalid config: {one_line(err)}") from None
     check_top_level(resolved)
     options = JobOptions.from_mapping(resolved)
     check_used(cfg, overrides)
@@ -132,24 +132,106 @@ def _check_writable_folder(key: str, path) -> None:
 GROUPS = ("equation", "method", "table1_case", "experiment")
 
 
-def check_group_choices(overrides: list[str], conf_dir: Path) -> None:
-    """Reject ``group=name`` naming no ``conf_dir/group/name.yaml``, and ``+group=name``
-    for a group already in the defaults list (earlier versions wrote ``+experiment=…``):
-    Hydra reports these over many lines; this gives the one line every bad key gets."""
+def check_group_choices(overrides: list[str], conf_dir: Path, *, config_name: str = "config") -> None:
+    """Reject ``group=name`` naming no option of the group, and ``+group=name`` for a
+    group already in the defaults list (earlier versions wrote ``+experiment=…``):
+    Hydra reports these over many lines; this gives the one line every bad key gets.
+
+    A group's options are those Hydra's own config search finds: ``conf_dir`` and the
+    folders of a ``hydra.searchpath=[…]`` override (a user's config folder; the
+    preflight turns ``--config-dir`` into one, :func:`with_config_dir`)."""
+    searchpath = [o for o in overrides if o.split("=", 1)[0] == "hydra.searchpath"]
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        known_in: dict[str, list[str]] = {}
+        for item in overrides:
+            if item.startswith("-") or "=" not in item:
+                continue
+            key, value = item.split("=", 1)
+            group = key.lstrip("+~")
+            if group not in GROUPS:
+                continue
+            if key.startswith("+"):
+                raise ConfigError(f"invalid config: {item}: {group} is in the defaults list; "
+                                  f"write {group}={value}")
+            if group not in known_in:
+                try:
+                    options = loader.get_group_options(group, config_name=config_name, overrides=searchpath)
+                except (HydraException, OmegaConfBaseException) as err:
+                    raise ConfigError(f"invalid config: {one_line(err)}") from None
+                known_in[group] = sorted(o for o in options if not o.rsplit("/", 1)[-1].startswith("_"))
+            known = known_in[group]
+            for choice in _group_values(item, value):
+                if choice.strip() and choice.strip() not in known:
+                    raise ConfigError(f"invalid config: {group}={choice.strip()!r}: unknown, "
+                                      f"choose one of {known}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandLine:
+    """What a ``pipeline/sweep.py`` command line asks of Hydra: its overrides, whether
+    it is a multirun, the primary config's name (``--config-name``) and a user's
+    config folder (``--config-dir``, absolute)."""
+
+    overrides: list[str]
+    multirun: bool = False
+    config_name: str = "config"
+    config_dir: str | None = None
+
+
+#: Hydra's options that take a value, by every spelling, and the field of :class:`CommandLine` each sets.
+_VALUED = {"--config-dir": "config_dir", "-cd": "config_dir", "--config-name": "config_name", "-cn": "config_name"}
+
+
+def parse_command_line(argv: list[str]) -> CommandLine | None:
+    """The :class:`CommandLine` of ``argv``; None where it asks Hydra for something
+    other than running jobs (``--help``, ``--cfg``, ``--info``, …) or names a
+    config folder relative to the script (``--config-path``)."""
+    fields: dict = {"overrides": [], "multirun": False}
+    args = iter(argv)
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        if arg in ("-m", "--multirun"):
+            fields["multirun"] = True
+        elif arg in ("-r", "--run"):
+            continue
+        elif name in _VALUED:
+            value = value if eq else next(args, None)
+            if value is None:
+                raise ConfigError(f"invalid config: {name} needs a value")
+            fields[_VALUED[name]] = value
+        elif arg.startswith("-"):
+            return None
+        else:
+            fields["overrides"].append(arg)
+    if fields.get("config_dir") is not None:
+        folder = Path(fields["config_dir"]).expanduser().absolute()
+        if not folder.is_dir():
+            raise ConfigError(f"invalid config: --config-dir={fields['config_dir']}: not a folder ({folder})")
+        fields["config_dir"] = str(folder)
+    return CommandLine(**fields)
+
+
+def with_config_dir(overrides: list[str], config_dir: str | None) -> list[str]:
+    """``overrides`` with ``config_dir`` (``--config-dir``) added to Hydra's search path
+    as a ``hydra.searchpath`` override, before the folders one already names: the
+    compose API has no ``--config-dir``; Hydra searches the primary config's folder,
+    then ``--config-dir``, then ``hydra.searchpath``'s folders."""
+    if config_dir is None:
+        return overrides
+    url = f"file://{config_dir}"
+    parser = OverridesParser.create()
+    rest, named = [], []
     for item in overrides:
-        if item.startswith("-") or "=" not in item:
+        if item.split("=", 1)[0] != "hydra.searchpath":
+            rest.append(item)
             continue
-        key, value = item.split("=", 1)
-        group = key.lstrip("+~")
-        if group not in GROUPS:
-            continue
-        if key.startswith("+"):
-            raise ConfigError(f"invalid config: {item}: {group} is in the defaults list; "
-                              f"write {group}={value}")
-        known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml") if not p.stem.startswith("_"))
-        for choice in _group_values(item, value):
-            if choice.strip() and choice.strip() not in known:
-                raise ConfigError(f"invalid config: {group}={choice.strip()!r}: unknown, choose one of {known}")
+        try:
+            value = parser.parse_override(item).value()
+        except HydraException as err:
+            raise ConfigError(f"invalid config: {one_line(err)}") from None
+        named = list(value) if isinstance(value, list) else [value]
+    return [*rest, f"hydra.searchpath=[{','.join(str(v) for v in [url, *named])}]"]
 
 
 def _group_values(item: str, value: str) -> list[str]:
@@ -164,7 +246,7 @@ def _group_values(item: str, value: str) -> list[str]:
         return []  # a glob needs the config loader; a malformed override is Hydra's one line later
 
 
-def _one_line(err: Exception) -> str:
+def one_line(err: Exception) -> str:
     """Hydra's composition errors span several lines (and a chained cause): the
     first line of each, joined."""
     parts = []
@@ -197,19 +279,22 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
     starts. Returns the number of jobs checked (0 when ``argv`` asks Hydra for
     something other than running, e.g. ``--help`` or ``--cfg``, or names another
     sweeper, which expands its jobs its own way: then each job checks itself).
+    A user's config folder, by ``hydra.searchpath=[file://…]`` or ``--config-dir``, is
+    searched as Hydra searches it (:func:`parse_command_line`, :func:`with_config_dir`).
     A frontier search (``hydra/sweeper=frontier``) has no list of jobs: its space and
     keys are checked, then the points :meth:`~teng_eq.search.space.Space.check_points`
     names (every choice, the ends and middle of every range, and the corner of last values)."""
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    overrides = [a for a in argv if not a.startswith("-")]
-    if any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):
+    command = parse_command_line(argv)
+    if command is None:
         return 0
-    check_group_choices(overrides, conf_dir)
+    multirun, config_name = command.multirun, command.config_name
+    overrides = with_config_dir(command.overrides, command.config_dir)
+    check_group_choices(overrides, conf_dir, config_name=config_name)
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         try:
             parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
             fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
-            base = compose(config_name="config", overrides=fixed, return_hydra_config=True)
+            base = compose(config_name=config_name, overrides=fixed, return_hydra_config=True)
             # A preset may sweep through its own hydra.sweeper.params (and set hydra.mode:
             # MULTIRUN): Hydra's basic sweeper puts them before the command line's overrides.
             multirun = multirun or base.hydra.mode == RunMode.MULTIRUN
@@ -224,13 +309,13 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
                 swept = [f"{k}={v}" for k, v in (base.hydra.sweeper.get("params") or {}).items()] if multirun else []
                 jobs = sweep_jobs(parser, [*swept, *overrides]) if multirun else [overrides]
         except (HydraException, OmegaConfBaseException) as err:
-            raise ConfigError(f"invalid config: {_one_line(err)}") from None
+            raise ConfigError(f"invalid config: {one_line(err)}") from None
         for job in jobs:
             try:
                 try:
-                    cfg = compose(config_name="config", overrides=job)
+                    cfg = compose(config_name=config_name, overrides=job)
                 except (HydraException, OmegaConfBaseException) as err:
-                    raise ConfigError(f"invalid config: {_one_line(err)}") from None
+                    raise ConfigError(f"invalid config: {one_line(err)}") from None
                 validate_job(cfg, root=conf_dir.parent, overrides=job)
             except ConfigError as err:
                 if sweeper != SWEEPER_TARGET:

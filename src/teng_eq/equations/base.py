@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from teng_eq.cache import content_description
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature
 from teng_eq.options import import_impl, one_of, options_from
@@ -110,9 +111,14 @@ class Equation(eqx.Module):
         None where the domain has no boundary (periodic)."""
         return None
 
+    # Every field and the class enter θ₀'s key.
     def fit_description(self) -> dict:
-        """What, besides the network, grid and seed, determines θ₀ (its cache key)."""
-        raise NotImplementedError
+        """What, besides the network, grid, seed and u₀'s values on the fit grid
+        (:func:`~teng_eq.initial_fit.cached_initial_parameters` adds those), determines
+        θ₀ (its cache key): the class and every field (:func:`~teng_eq.cache.content_description`),
+        so that a changed coefficient or length gives a new θ₀. A subclass adds what its
+        fields do not say (e.g. a quadrature rule)."""
+        return content_description(self)
 
     # --- initial condition, reference -----------------------------------------------
 

@@ -120,9 +120,8 @@ class HeatDisk(Equation):
         return jnp.asarray(circle_points(m, 0.5))
 
     def fit_description(self) -> dict:
-        return {"initial_condition": self.initial_condition, "domain": "unit_disk",
-                "quadrature": "gauss-legendre r (n) x trapezoid theta (n) + n on the circle",
-                "boundary_weight": self.boundary_weight}
+        return {**super().fit_description(), "domain": "unit_disk",
+                "quadrature": "gauss-legendre r (n) x trapezoid theta (n) + n on the circle"}
 
     def reference_scheme(self) -> BesselSeries:
         return BesselSeries(self.initial_conditions[self.initial_condition].modes)

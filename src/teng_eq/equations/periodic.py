@@ -48,9 +48,6 @@ class PeriodicBox(Equation):
         """The ``m^d`` grid (points in 'ij' order, the layout of the reference's values)."""
         return self.quadrature(m)
 
-    def fit_description(self) -> dict:
-        return {"initial_condition": self.initial_condition, "lengths": list(self.lengths)}
-
 
 def paper_initial_condition(x: Float[Array, " 2"]) -> Float[Array, ""]:
     """The paper's 2-D initial condition (eq. ``initial_condition``)::

@@ -27,11 +27,12 @@ import numpy as np
 import scipy.fft as sfft
 
 from teng_eq.cache import cache_dir as cache_dir_of
-from teng_eq.cache import digest, load_arrays, store_or_warn
+from teng_eq.cache import array_digest, content_description, digest, load_arrays, store_or_warn
 from teng_eq.reference.fourier import _WORKERS, FourierSolution, initial_spectrum, wavenumbers
 
-#: Bumped whenever the numerics or the file layout change, so stale cache files are never read.
-CACHE_VERSION = "reference-v2"
+#: Bumped whenever the numerics, the key or the file layout change, so stale cache files are
+#: never read (v3: the key holds every field of the equation and u₀ on the solver's grid).
+CACHE_VERSION = "reference-v3"
 
 
 # ---------------------------------------------------------------------------------------
@@ -364,7 +365,7 @@ class Pseudospectral:
         """The ETDRK4 solution at ``times``: steps of at most ``dt``, shortened so that each
         of ``times`` is reached exactly (:func:`_step_sizes`); ``n``, ``dt``: None for
         :meth:`default`. Cached as ``<cache_dir>/reference-<sha256>.npz`` (the checkpoints
-        only), keyed by the equation (class, name, ν, lengths, initial condition), the
+        only), keyed by the equation (class and every field), u₀ on the ``n`` grid, the
         resolution, the exact bytes of ``times`` and :data:`CACHE_VERSION`; a
         self-checking entry (:func:`teng_eq.cache.store_arrays`): a damaged or stale
         file is recomputed, and concurrent writers never leave a partial one; a cache
@@ -374,10 +375,10 @@ class Pseudospectral:
         times, shape, dt = self._resolve(equation, times, n, dt)
         if cache_dir is False:
             return solve(equation, times, shape, dt, self.degree, self.memory)
-        key = digest({"version": CACHE_VERSION, "impl": f"{type(equation).__module__}:{type(equation).__qualname__}",
-                      "equation": equation.name, "nu": repr(float(equation.nu)),
-                      "lengths": [repr(float(v)) for v in equation.lengths],
-                      "initial_condition": equation.initial_condition, "n": list(shape), "dt": repr(dt),
+        # The equation by its class and every field, u₀ by its values on the solver's
+        # grid (an edited formula under the same name is a new reference).
+        key = digest({"version": CACHE_VERSION, "equation": content_description(equation),
+                      "u0": array_digest(initial_spectrum(equation, shape)), "n": list(shape), "dt": repr(dt),
                       "degree": self.degree}, times.astype("<f8").tobytes())
         path = cache_dir_of(cache_dir) / f"reference-{key}.npz"
         cached = load_arrays(path, {"reference": key})  # self-checking: None when missing, damaged or stale

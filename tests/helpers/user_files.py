@@ -1,0 +1,75 @@
+"""A user's own PDE as a new user writes it, outside the package: one Python file
+(a periodic-box equation in the short form ``ν Δu + N(u, ∇u)``, like
+``teng_eq/equations/heat.py``) and one yaml naming it by ``impl``, written into a
+test's folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: u₀ of the user's file: band-limited (two Fourier modes), so that a 32² grid
+#: resolves it and θ₀ fits in seconds, as ``sines2d`` does.
+SINES = "xp.sin(x[0]) * xp.sin(x[1]) + 0.5 * xp.cos(2 * x[0] + x[1])"
+
+MODULE = '''\
+"""A user's PDE: ∂ₜu = ν Δu + a u (1 − u) on the periodic square (Fisher–KPP)."""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from teng_eq.equations.periodic import PeriodicBox
+from teng_eq.reference.etdrk4 import Pseudospectral
+
+
+def waves(x):
+    xp = jnp if isinstance(x, jax.Array) else np
+    return {u0}
+
+
+class {cls}(PeriodicBox):
+    a: float = eqx.field(static=True)
+
+    dim = 2
+    initial_conditions = {{"waves": waves}}
+
+    def nonlinear(self, u, grad_u):
+        return self.a * u * (1 - u)
+
+    def growth_rate(self, u, grad_u):
+        """max over the grid of the reaction's derivative a (1 − 2u), at least 0."""
+        return jnp.maximum(0.0, jnp.max(self.a * (1 - 2 * u)))
+
+    def reference_scheme(self):
+        return Pseudospectral(degree=2, resolution=((math.inf, 32, 0.01),))
+'''
+
+YAML = """\
+# a user's equation, named by impl
+impl: {module}:{cls}
+name: {name}
+nu: 0.1
+a: {a}
+lengths: [6.283185307179586, 6.283185307179586]
+initial_condition: waves
+"""
+
+
+def write_user_module(folder: Path, *, u0: str = SINES, module: str = "my_pdes", cls: str = "Mine") -> Path:
+    """``folder/<module>.py`` holding the equation class ``cls`` with u₀ ``u0`` (an
+    expression in ``x`` and ``xp``, NumPy or jax.numpy)."""
+    path = Path(folder) / f"{module}.py"
+    path.write_text(MODULE.format(u0=u0, cls=cls))
+    return path
+
+
+def write_user_config(conf: Path, *, name: str = "mine", module: str = "my_pdes", cls: str = "Mine",
+                      a: float = 1.0) -> Path:
+    """``conf/equation/<name>.yaml`` naming ``module:cls`` (a user's config folder)."""
+    path = Path(conf) / "equation" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(YAML.format(module=module, cls=cls, name=name, a=a))
+    return path

@@ -1,0 +1,177 @@
+"""A user's own PDE from a folder outside the repository: one Python file next to
+where the command runs (no PYTHONPATH) and one yaml in the user's config folder, run
+through ``pipeline/sweep.py`` (``hydra.searchpath=[file://…]`` and ``--config-dir``,
+the latter under joblib's launcher, whose worker processes must find the file too) and
+through the Python API (:func:`teng_eq.api.run`: an instance, a config name); a
+missing module or class, or a bad choice in the user's folder, is one line before
+any compute.
+
+The user's equation (``helpers.user_files``: Fisher–KPP, ``∂ₜu = ν Δu + a u(1 − u)``,
+ETDRK4 reference) starts from two Fourier modes on a 32² grid; every run here is the
+same problem, so their errors must agree with the API's to round-off."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers.mlflow_store import job_runs
+from helpers.processes import SWEEP, job_env
+from helpers.user_files import write_user_config, write_user_module
+
+from teng_eq import preflight as checks
+from teng_eq.api import ROOT, run
+from teng_eq.errors import ConfigError
+from teng_eq.options import import_impl
+
+#: The user's run: 4 steps of Δt = 0.02 on a 32² grid, errors on 64².
+SMALL = ["grid=32", "eval_grid=64", "t_final=0.08", "dt=0.02", "progress=false"]
+CONF = ROOT / "conf"
+
+
+@pytest.fixture(scope="module")
+def user_folder(tmp_path_factory):
+    """A folder outside the repository holding ``my_pdes.py`` and ``my_conf/equation/mine.yaml``,
+    made the current folder (as a user's shell would be) while this module's tests run;
+    ``sys.path`` and ``sys.modules`` restored after."""
+    folder = tmp_path_factory.mktemp("user")
+    write_user_module(folder)
+    write_user_config(folder / "my_conf")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        mp.setattr(sys, "path", list(sys.path))
+        yield folder
+    sys.modules.pop("my_pdes", None)
+
+
+@pytest.fixture(scope="module")
+def user_cache(cache_dir):
+    """The session's cache (conftest): its compiled programs (jax's persistent cache)
+    serve these runs too; θ₀ of the user's equation is its own entry (its class and fields)."""
+    return cache_dir
+
+
+@pytest.fixture(scope="module")
+def instance(user_folder):
+    """The user's equation built in Python, no yaml: what a notebook does."""
+    mine = import_impl("my_pdes:Mine", "equation.impl")
+    return mine(name="mine", nu=0.1, a=1.0, lengths=(2 * math.pi, 2 * math.pi), initial_condition="waves")
+
+
+@pytest.fixture(scope="module")
+def api_result(instance, user_cache):
+    """The run of the instance through the API, without MLflow (θ₀ into ``user_cache``)."""
+    return run(instance, *SMALL, cache_dir=user_cache)
+
+
+def test_the_api_runs_an_equation_instance(api_result):
+    np.testing.assert_allclose(api_result.times, [0.0, 0.02, 0.04, 0.06, 0.08], rtol=0, atol=1e-15)
+    # Against the ETDRK4 reference (measured 8.0e-5), and the estimate close to it.
+    assert 2e-5 < api_result.global_rel_l2 < 3e-4
+    assert 0.5 <= api_result.scalars["est_global_rel_l2"] / api_result.global_rel_l2 <= 20
+    assert api_result.rel_l2.shape == (5,) and api_result.network is not None
+
+
+def test_the_api_runs_a_config_name_from_a_user_folder(user_folder, user_cache, api_result):
+    """The yaml in the user's folder is the same equation as the instance: the same θ₀
+    (content-keyed: no refit) and the same errors."""
+    result = run("mine", *SMALL, config_dir=user_folder / "my_conf", cache_dir=user_cache)
+    assert result.fit_report.cached is True
+    np.testing.assert_array_equal(result.rel_l2, api_result.rel_l2)
+
+
+def test_the_api_makes_the_jobs_mlflow_run(instance, user_folder, user_cache, api_result):
+    uri = f"sqlite:///{user_folder / 'api.db'}"
+    steps = []
+    result = run(instance, *SMALL, mlflow=True, tracking_uri=uri, cache_dir=user_cache,
+                 on_step=lambda rec: steps.append(rec.step))
+    np.testing.assert_array_equal(result.rel_l2, api_result.rel_l2)
+    assert steps[-4:] == [1, 2, 3, 4]
+    (logged,) = job_runs(uri)
+    assert logged.info.status == "FINISHED"
+    assert logged.data.params["equation.impl"] == "my_pdes:Mine" and logged.data.params["equation.a"] == "1.0"
+    assert logged.data.metrics["global_rel_l2"] == result.global_rel_l2
+    # The same configuration again is the job's skip, said in one line.
+    with pytest.raises(ConfigError, match="FINISHED in the store already"):
+        run(instance, *SMALL, mlflow=True, tracking_uri=uri, cache_dir=user_cache)
+
+
+BAD = [
+    (["--config-dir", "my_conf", "equation=mien"], "equation='mien': unknown, choose one of ["),
+    (["hydra.searchpath=[file://{folder}/my_conf]", "equation=mien"], "equation='mien': unknown"),
+    (["equation=mine"], "equation='mine': unknown"),  # the folder not given
+    (["--config-dir", "no_such_conf", "equation=mine"], "--config-dir=no_such_conf: not a folder"),
+    (["--config-dir", "my_conf", "equation=mine", "equation.impl=my_pdes:Other"],
+     "equation.impl='my_pdes:Other': module my_pdes has no 'Other'"),
+    (["--config-dir", "my_conf", "equation=mine", "equation.impl=not_there:Mine"],
+     "equation.impl='not_there:Mine': cannot import it: No module named 'not_there'"),
+    (["--config-dir", "my_conf", "equation=mine", "equation.a=x"], "equation.a='x': must be a number"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_a_bad_user_equation_or_choice_is_one_line(user_folder, tmp_path, argv, needle):
+    argv = [a.format(folder=user_folder) for a in argv]
+    store, cache = tmp_path / "mlflow.db", tmp_path / "cache"
+    with pytest.raises(ConfigError) as err:
+        checks.preflight([*argv, f"tracking_uri=sqlite:///{store}", f"cache_dir={cache}"], CONF)
+    message = str(err.value)
+    assert message.startswith("invalid config: ") and needle in message and "\n" not in message
+    if "unknown" in needle:
+        known = message.split("choose one of", 1)[1]
+        assert ("'mine'" in known) == ("equation=mine" not in argv)  # the user's option, where its folder is given
+    assert not store.exists() and not cache.exists()
+
+
+def test_the_preflight_checks_the_user_folders_jobs(user_folder, tmp_path):
+    common = [f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", f"cache_dir={tmp_path / 'cache'}", *SMALL]
+    assert checks.preflight(["--config-dir", "my_conf", "equation=mine", *common], CONF) == 1
+    assert checks.preflight(["-m", "--config-dir=my_conf", "equation=mine,heat", *common], CONF) == 2
+    url = f"hydra.searchpath=[file://{user_folder}/my_conf]"
+    assert checks.preflight(["-m", url, "equation=mine", "dt=0.02,0.04", *common[:-2]], CONF) == 2
+
+
+def test_the_api_refuses_a_bad_equation_in_one_line(user_folder, tmp_path, instance):
+    bad = type(instance)(name="mine", nu=-1.0, a=1.0, lengths=(1.0, 1.0), initial_condition="waves")
+    with pytest.raises(ConfigError, match=r"^invalid config: equation\.nu=-1\.0: must be a number > 0$"):
+        run(bad, *SMALL, cache_dir=tmp_path / "cache")
+    with pytest.raises(ConfigError, match=r"equation='mien': unknown, choose one of \[.*'mine'"):
+        run("mien", *SMALL, config_dir=user_folder / "my_conf", cache_dir=tmp_path / "cache")
+    with pytest.raises(ConfigError, match="an equation instance comes with its own fields"):
+        run(instance, "equation.nu=0.2", cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", ["searchpath", "config-dir+joblib"])
+def test_a_user_file_runs_through_sweep_py(user_folder, user_cache, api_result, tmp_path, how):
+    """From the user's folder, no PYTHONPATH to it: the module is found by the script
+    (and by joblib's workers); the run is the API's run."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    where = ([f"hydra.searchpath=[file://{user_folder}/my_conf]"] if how == "searchpath"
+             else ["-m", "--config-dir", "my_conf", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1"])
+    env = job_env()
+    assert str(user_folder) not in env["PYTHONPATH"]
+    proc = subprocess.run([sys.executable, str(SWEEP), *where, "equation=mine", *SMALL, f"tracking_uri={uri}",
+                           f"cache_dir={user_cache}", f"hydra.run.dir={tmp_path / 'outputs'}",
+                           f"hydra.sweep.dir={tmp_path / 'multirun'}"],
+                          cwd=user_folder, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (logged,) = job_runs(uri)
+    assert logged.info.status == "FINISHED" and logged.data.params["equation.impl"] == "my_pdes:Mine"
+    assert logged.data.tags["theta0_cached"] == "True"  # the API's θ₀: the same content key
+    np.testing.assert_allclose(logged.data.metrics["global_rel_l2"], api_result.global_rel_l2, rtol=1e-9)
+
+
+@pytest.mark.e2e
+def test_a_missing_user_module_stops_sweep_py_in_one_line(user_folder, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = subprocess.run([sys.executable, str(SWEEP), "--config-dir", "my_conf", "equation=mine",
+                           "equation.impl=my_pdez:Mine", *SMALL, f"tracking_uri={uri}",
+                           f"cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'outputs'}"],
+                          cwd=user_folder, env=job_env(), capture_output=True, text=True, timeout=300, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: invalid config: equation.impl='my_pdez:Mine': cannot import it")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "mlflow.db").exists()
