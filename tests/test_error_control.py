@@ -437,3 +437,18 @@ def test_analyze_draws_estimates_and_step_sizes_from_the_store(tmp_path):
     assert quality["run"].tolist() == ["teng_heun adaptive=False", "teng_heun adaptive=True"]
     assert quality["ratio_min"].tolist() == pytest.approx([2.0, 3.0])
     assert quality["ratio_max"].tolist() == pytest.approx([4.0, 6.0])
+
+
+@pytest.mark.parametrize("kind", ["hermite", "trapezoid", "hermite_triangle", "embedded"])
+def test_the_estimate_carries_its_past_error_at_the_declared_growth_rate(kind):
+    """E_{n+1} = e^{μΔt}E_n + (the step's local term), μ the equation's growth rate
+    (positive for Allen–Cahn and Burgers, zero for heat, so that no heat run tells).
+    Three steps with μ = 2, Δt = 0.1 from E₀ of norm 1 and unit local terms in one
+    direction: E₃ = g³ + g² + g + 1 with g = e^{0.2}. Exact but for a few roundings."""
+    weights, e0 = np.full(4, 0.25), np.ones(4)
+    estimate = ErrorEstimate.start(kind, weights, e0)
+    g = math.exp(2.0 * 0.1)
+    scalars = {"growth_rate": 2.0, "defect_l2": 1.0, "local_error": 1.0, "holdout_loss": 0.0}
+    for _ in range(3):
+        error = estimate.advance(0.1, scalars, np.ones(4))
+    assert error == pytest.approx(g**3 + g**2 + g + 1, rel=1e-14, abs=0)

@@ -177,6 +177,7 @@ def test_the_log_a_person_reads(terminated_then_resumed):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a sweep of its own: out of the default suite (≤ 15 min), run by .ci/run
 def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
     """Under ``dt=auto`` the number of steps is known only at the end: the stop and the
     resume name the step and its t (they once read "after step 6 of None")."""
@@ -332,6 +333,7 @@ def test_a_store_that_goes_away(tmp_path, mlflow_server, uninterrupted_global):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a sweep of its own: out of the default suite (≤ 15 min), run by .ci/run
 def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global):
     """Another process holds SQLite's write lock for 22 s (longer than MLflow's
     20 s busy timeout) from the job's 3rd step: the job steps on to its end while
@@ -365,6 +367,7 @@ def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global)
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a sweep of its own: out of the default suite (≤ 15 min), run by .ci/run
 def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, uninterrupted_global):
     """Two multiruns started together on one fresh SQLite store, sharing two of
     their three configurations: each configuration runs once (the second sweep to
@@ -398,6 +401,7 @@ def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, un
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a sweep of its own: out of the default suite (≤ 15 min), run by .ci/run
 def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, uninterrupted_global):
     """The 2nd checkpoint write (step 10) fills the disk half-way: the run ends
     FAILED with the reason, the checkpoint of step 5 intact; run again, it resumes

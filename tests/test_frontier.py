@@ -36,7 +36,8 @@ from mlflow.tracking import MlflowClient
 from teng_eq import analysis, report
 from teng_eq.tracking import open_client
 
-pytestmark = pytest.mark.e2e  # searches of pipeline/sweep.py in subprocesses
+# slow: out of the default suite (≤ 15 min on 2 cores); .ci/run runs it after README's command.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # searches of pipeline/sweep.py in subprocesses
 
 #: Toy on the tiny problem (t_final = 0.08) with no NaN: dt 0.004 / 0.005 / 0.008 is 20 / 16 / 10 steps.
 TOY_TINY = TINY_SWEEP_NO_GRID + TOY

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.fft as sfft
 from helpers.configs import make_config, make_equation
+from helpers.numerics import pointwise_roundoff
 from helpers.processes import run_script
 
 from teng_eq.equations.heat3d import A000, A, B
@@ -25,6 +26,12 @@ from teng_eq.reference import save_npz
 @pytest.fixture(scope="module")
 def heat3d():
     return make_equation("heat3d")
+
+
+#: Round-off of u₀ (or the exact solution) evaluated two ways as A₀₀₀ plus 16 terms (each
+#: ≤ 8 operations: three cos/sin, their product, the decay, the weight), summed: ≤
+#: (8 + 17)·ε·(|A₀₀₀| + Σ|A| + Σ|B|) each; twice that for their gap.
+U0_ROUNDOFF = 2 * pointwise_roundoff(8 + 17, abs(A000) + float(np.abs(A).sum() + np.abs(B).sum()))
 
 
 def closed_form_3d(x, t, nu):
@@ -57,8 +64,8 @@ def test_heat3d_table_entries(heat3d):
 def test_heat3d_reference_is_initial_condition_at_zero(heat3d):
     ref = heat3d.reference([0.0, 1.0])
     x = np.asarray(heat3d.evaluation(12).points).T
-    np.testing.assert_allclose(ref.values(0, 12), heat3d.u0(x), rtol=0, atol=1e-15)
-    np.testing.assert_allclose(ref.values(1, 12), closed_form_3d(x, 1.0, heat3d.nu), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(ref.values(0, 12), heat3d.u0(x), rtol=0, atol=U0_ROUNDOFF)
+    np.testing.assert_allclose(ref.values(1, 12), closed_form_3d(x, 1.0, heat3d.nu), rtol=0, atol=U0_ROUNDOFF)
 
 
 def test_heat3d_reference_satisfies_the_pde(heat3d):
@@ -99,7 +106,8 @@ def test_heat3d_save_npz_and_script(tmp_path, heat3d):
     save_npz(tmp_path / "a.npz", heat3d, sol, 6)
     with np.load(tmp_path / "a.npz") as data:
         assert data["u"].shape == (2, 6, 6, 6)
-        np.testing.assert_allclose(data["u"][0].ravel(), heat3d.u0(data["x"].T), atol=1e-15)
+        # Measured 1.5e-16 (bound U0_ROUNDOFF, 5.9e-15).
+        np.testing.assert_allclose(data["u"][0].ravel(), heat3d.u0(data["x"].T), rtol=0, atol=U0_ROUNDOFF)
     proc = run_script("reference.py", "equation=heat3d", "t_final=0.5", "grid=8", "out=ref.npz", "cache_dir=false",
                       cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

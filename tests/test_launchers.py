@@ -9,7 +9,8 @@ from helpers.mlflow_store import all_runs
 from helpers.processes import run_sweep
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.e2e  # pipeline/sweep.py (and an mlflow server) in subprocesses
+# slow: out of the default suite (≤ 15 min on 2 cores); .ci/run runs it after README's command.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # pipeline/sweep.py (and an mlflow server) in subprocesses
 
 
 def _check_sweep(uri, n_jobs=2):

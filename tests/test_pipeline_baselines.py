@@ -101,6 +101,7 @@ def pinn_table(tmp_path_factory, warm_cache):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a sweep of both PINNs (~2.5 min on busy cores): out of the default suite, run by .ci/run
 def test_a_pinn_job_logs_blocks_and_its_error_curve(pinn_table, cache_dir, tmp_path):
     _, uri = pinn_table
     client = MlflowClient(uri)
@@ -130,6 +131,7 @@ def test_a_pinn_job_logs_blocks_and_its_error_curve(pinn_table, cache_dir, tmp_p
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a sweep of both PINNs (~2.5 min on busy cores): out of the default suite, run by .ci/run
 def test_analyze_puts_the_pinns_in_table1_order(pinn_table):
     tmp, uri = pinn_table
     out = Path(tmp) / "report"

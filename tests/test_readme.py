@@ -22,3 +22,13 @@ def test_ci_runs_readmes_test_command_in_a_new_environment():
     assert command == TESTS
     assert re.search(r"^python3 -m venv ", ci, flags=re.M) and "--system-site-packages" not in ci
     assert re.search(r'^eval "\$TEST_COMMAND"$', ci, flags=re.M)
+
+
+def test_ci_then_runs_the_slow_cases_but_the_manual_ones():
+    """After README's command, CI runs every `slow` test that fits its time; README names
+    the `manual` ones (too long for CI) as checks by hand."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    (command,) = re.findall(r"^SLOW_COMMAND=\"(.*)\"$", ci, flags=re.M)
+    assert command == "python -m pytest -m 'slow and not manual'"
+    assert ci.index('eval "$TEST_COMMAND"') < ci.index('eval "$SLOW_COMMAND"')
+    assert "python -m pytest -m 'slow and manual'" in (ROOT / "README.md").read_text()

@@ -21,7 +21,8 @@ from mlflow.tracking import MlflowClient
 
 from teng_eq.tracking.store import EXPERIMENT_KIND
 
-pytestmark = pytest.mark.e2e  # an mlflow server and pipeline/sweep.py in subprocesses
+# slow: out of the default suite (≤ 15 min on 2 cores); .ci/run runs it after README's command.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # an mlflow server and pipeline/sweep.py in subprocesses
 
 USER = "jobs"
 
