@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from helpers.configs import ROOT, make_config
 
-from teng_eq.equations import Field, operator
+from teng_eq.equations import Equation, Field, operator
 from teng_eq.equations.heat import Heat
 from teng_eq.errors import ConfigError
 from teng_eq.estimate import Defect, fourier_modes, measured_growth_rate
@@ -183,3 +183,31 @@ def test_reference_none_runs_a_reference_equation_on_its_estimate_alone(warm_cac
                       "dt=0.02", "reference=none")
     r = run_simulation(cfg, cache_dir=warm_cache)
     assert r.rel_l2 is None and r.reference_s == 0.0 and math.isfinite(r.scalars["est_global_rel_l2"])
+
+
+class _NoOperator(HeatAsOperator):
+    """A user's equation that forgot its operator: the short form's N is not defined."""
+
+    operator = Equation.operator
+
+    def nonlinear(self, u, grad_u):
+        raise NotImplementedError
+
+
+class _FlatU0(Heat):
+    """A user's equation whose u₀ returns one value per coordinate, not per point."""
+
+    initial_conditions = {"flat": lambda x: x[0][:, None] * x[1][None, :]}
+
+
+@pytest.mark.parametrize("cls, ic, message", [
+    (_NoOperator, "sines2d", "equation.impl='_NoOperator': does not define operator(u, t) or the short form's "
+                             "nonlinear(u, grad_u)"),
+    (_FlatU0, "flat", "equation.initial_condition='flat': u0(x) with x coordinate first, shape (dim, n) returns "
+                      "shape (16, 16) on 16 points, expected (16,)"),
+])
+def test_a_bad_user_equation_is_one_line_before_any_compute(cls, ic, message):
+    """Built from its config (as a run builds it), before θ₀: u₀ and L called once."""
+    with pytest.raises(ConfigError) as err:
+        cls.from_config({"name": "mine", "nu": 0.1, "lengths": [2 * math.pi] * 2, "initial_condition": ic})
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)

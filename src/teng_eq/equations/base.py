@@ -37,6 +37,7 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from teng_eq.cache import content_description
@@ -76,7 +77,31 @@ class Equation(eqx.Module):
     def from_config(cls, group: Mapping) -> Equation:
         """The equation of the ``equation`` config group (without its ``impl``);
         a bad key or value raises a one-line :class:`~teng_eq.errors.ConfigError`."""
-        return options_from(cls, group, "equation")
+        equation = options_from(cls, group, "equation")
+        equation.check_functions("equation")
+        return equation
+
+    def check_functions(self, prefix: str) -> None:
+        """Call u₀ and L once on a few points of the domain (a smooth test function for
+        L), so that a user's equation that lacks one, raises, or returns the wrong shape
+        is a one-line :class:`~teng_eq.errors.ConfigError` before θ₀ is fitted."""
+        points = jnp.asarray(self.evaluation(4).points)
+        n = points.shape[0]
+        checks = (("initial_condition", self.initial_condition, lambda: self.u0(np.asarray(points).T),
+                   "u0(x) with x coordinate first, shape (dim, n)"),
+                  ("impl", type(self).__name__, lambda: operator(self, lambda p: jnp.sum(jnp.cos(p), axis=1), points),
+                   "operator(u, t) or the short form's nonlinear(u, grad_u)"))
+        for key, value, call, what in checks:
+            try:
+                out = call()
+            except NotImplementedError:
+                raise bad(f"{prefix}.{key}", value, f"does not define {what}") from None
+            except Exception as err:  # a user's code: whatever it raises, said in one line
+                raise bad(f"{prefix}.{key}", value, f"{what} fails on {n} points: {type(err).__name__}: "
+                          f"{(str(err).splitlines() or [''])[0]}") from None
+            if jnp.shape(out) != (n,):
+                raise bad(f"{prefix}.{key}", value, f"{what} returns shape {jnp.shape(out)} on {n} points, "
+                          f"expected ({n},)")
 
     def validate(self, prefix: str) -> None:
         """Value checks of :meth:`from_config` (extended by subclasses)."""
