@@ -134,7 +134,7 @@ def test_the_preflight_checks_the_user_folders_jobs(user_folder, tmp_path):
 
 def test_the_api_refuses_a_bad_equation_in_one_line(user_folder, tmp_path, instance):
     bad = type(instance)(name="mine", nu=-1.0, a=1.0, lengths=(1.0, 1.0), initial_condition="waves")
-    with pytest.raises(ConfigError, match=r"^invalid config: equation\.nu=-1\.0: must be a number > 0$"):
+    with pytest.raises(ConfigError, match=r"^invalid config: equation\.nu=-1\.0: must be a number >= 0$"):
         run(bad, *SMALL, cache_dir=tmp_path / "cache")
     with pytest.raises(ConfigError, match=r"equation='mien': unknown, choose one of \[.*'mine'"):
         run("mien", *SMALL, config_dir=user_folder / "my_conf", cache_dir=tmp_path / "cache")
