@@ -4,14 +4,31 @@ in tests/helpers/."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import jax
 import pytest
 from helpers.configs import make_config
 from helpers.mlflow_store import Server
 
+from teng_eq.cache import compilation_folder
 from teng_eq.simulation import build_method
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_programs(tmp_path_factory) -> Path:
+    """jax's persistent compilation cache for the whole session, in a folder the two
+    pytest-xdist workers share (never ~/.cache): most tests compile the same few
+    programs (the tiny problems' steps and estimates), and compilation, not stepping,
+    is most of the suite's time. A cached program is the same executable, so results
+    do not change; a test that counts compilations switches the cache off."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = compilation_folder(shared / "teng-cache-shared")
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -136,14 +136,16 @@ def _leaves(network):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(eqx.filter(network, eqx.is_inexact_array))]
 
 
-@pytest.mark.parametrize("warm", ["previous", "extrapolate"])
+@pytest.mark.parametrize("warm", [pytest.param("previous", marks=pytest.mark.slow), "extrapolate"])
 def test_adaptive_teng_resumed_equals_uninterrupted(tmp_path, warm_cache, warm):
     """TENG-Heun with dt: auto on the tiny problem: the first try is rejected, the run
     lands on its output times and ends exactly at t_final; killed when it reports its
     third step (which the driver then saves, between the checkpoints of steps 2 and 4)
-    and resumed, it ends where the uninterrupted
-    run ends (θ, errors, estimate, step sizes, controller counts: to 1e-12 and in fact
-    bit for bit). Under ``warm_start: extrapolate`` the checkpoints carry the rate too."""
+    and resumed, it ends where the uninterrupted run ends, bit for bit (θ, errors,
+    estimate, step sizes, controller counts): one process runs the same compiled
+    programs on the same values, so any difference is a resume that lost or repeated
+    something. Under ``warm_start: extrapolate`` (the default; ``previous`` in the slow
+    cases) the checkpoints carry the rate too."""
     cfg, cache_dir = make_config(*TINY_ADAPTIVE, f"method.warm_start={warm}"), warm_cache
     whole = run_simulation(cfg, cache_dir=cache_dir)
     assert whole.times[-1] == 0.06 and {0.02, 0.04} <= set(whole.times)
@@ -154,15 +156,14 @@ def test_adaptive_teng_resumed_equals_uninterrupted(tmp_path, warm_cache, warm):
     resumed = run_simulation(cfg, cache_dir=cache_dir, checkpoints=store, checkpoint_every=2)
     assert resumed.resumed_from == 3
     for a, b in zip(_leaves(resumed.network), _leaves(whole.network), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(a, b)
     for name in ("times", "rel_l2", "est_rel_l2"):
-        np.testing.assert_allclose(getattr(resumed, name), getattr(whole, name), rtol=1e-12, atol=0)
-    assert resumed.global_rel_l2 == pytest.approx(whole.global_rel_l2, rel=1e-12)
-    assert resumed.scalars["est_global_rel_l2"] == pytest.approx(whole.scalars["est_global_rel_l2"], rel=1e-12)
-    for key in ("steps_accepted", "steps_rejected"):
-        assert resumed.scalars[key] == whole.scalars[key]
+        np.testing.assert_array_equal(getattr(resumed, name), getattr(whole, name), err_msg=name)
+    assert resumed.global_rel_l2 == whole.global_rel_l2
+    for key in ("est_global_rel_l2", "steps_accepted", "steps_rejected"):
+        assert resumed.scalars[key] == whole.scalars[key], key
     for key in whole.metrics:
-        np.testing.assert_allclose(resumed.metrics[key], whole.metrics[key], rtol=1e-12, atol=0, err_msg=key)
+        np.testing.assert_array_equal(resumed.metrics[key], whole.metrics[key], err_msg=key)
 
 
 @pytest.mark.parametrize("name, expected", [("teng_heun", 2.0),

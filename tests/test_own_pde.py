@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers.configs import ROOT, make_config
+from helpers.configs import CHEAP_FIT, ROOT, make_config
 
 from teng_eq.equations import Equation, Field, operator
 from teng_eq.equations.heat import Heat
@@ -23,8 +23,6 @@ from teng_eq.simulation import build_method, run_simulation
 
 EXAMPLES = ROOT / "examples"
 SEARCH = f"hydra.searchpath=[file://{EXAMPLES / 'conf'}]"
-#: θ₀ in seconds on a 16² grid (its accuracy is not what these tests are about).
-FIT = ["fit.stage1_max_iters=100", "fit.stage2_max_iters=20", "fit.stage2_polish_iters=5", "fit.stage2_tol=1e-6"]
 #: The band ``est_rel_l2 / rel_l2`` lies in at every step after the fifth (the guide's).
 BAND = (0.5, 20.0)
 
@@ -37,7 +35,7 @@ def examples_importable():
 
 
 def example(name: str, *overrides: str):
-    return make_config(SEARCH, f"equation={name}", "grid=16", "eval_grid=32", *FIT, *overrides)
+    return make_config(SEARCH, f"equation={name}", "grid=16", "eval_grid=32", *CHEAP_FIT, *overrides)
 
 
 def _bracketed(result) -> tuple[float, float]:
@@ -130,6 +128,7 @@ def test_advection_diffusion_against_its_exact_solution(warm_cache):
     assert np.all(r.metrics["growth_rate"] == 0.0)
 
 
+@pytest.mark.slow  # half a minute, most of it compiling a time-dependent L: CI's slow stage
 def test_a_forced_equation_with_a_variable_coefficient_against_its_manufactured_solution(warm_cache):
     cfg = example("forced_diffusion", "t_final=0.1", "dt=0.01")
     assert not cfg.equation.autonomous
@@ -138,6 +137,7 @@ def test_a_forced_equation_with_a_variable_coefficient_against_its_manufactured_
     assert r.estimate == "hermite" and _global_bracketed(r)
 
 
+@pytest.mark.slow  # half a minute, most of it compiling fourth derivatives: CI's slow stage
 def test_a_fourth_order_equation_against_its_exact_solution(warm_cache):
     """The biharmonic heat equation: the Hermite estimate would need eighth derivatives,
     so the run computes the trapezoid one, and says so; it still brackets the error."""

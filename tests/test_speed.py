@@ -47,10 +47,13 @@ def test_no_recompiles_after_the_first_step(cache_dir):
             count[0] += 1
 
     jax.monitoring.register_event_duration_secs_listener(listener)
+    # Off: a program from the session's persistent cache (conftest) is loaded, not compiled.
+    jax.config.update("jax_enable_compilation_cache", False)
     try:
         result = run_simulation(small(*STEPS), cache_dir=cache_dir,
                                 on_step=lambda rec: compiles_at.setdefault(rec.step, count[0]))
     finally:
+        jax.config.update("jax_enable_compilation_cache", True)
         jax.monitoring.unregister_event_duration_listener(listener)
     assert result.step_loss.shape == (50,)
     assert compiles_at[1] > 0  # the listener does see this run's compilations

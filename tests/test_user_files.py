@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers.configs import CHEAP_FIT
 from helpers.mlflow_store import job_runs
 from helpers.processes import SWEEP, job_env
 from helpers.user_files import write_user_config, write_user_module
@@ -25,8 +26,8 @@ from teng_eq.api import ROOT, run
 from teng_eq.errors import ConfigError
 from teng_eq.options import import_impl
 
-#: The user's run: 4 steps of Δt = 0.02 on a 32² grid, errors on 64².
-SMALL = ["grid=32", "eval_grid=64", "t_final=0.08", "dt=0.02", "progress=false"]
+#: The user's run: 4 steps of Δt = 0.02 on a 32² grid, errors on 64², θ₀ by a short fit.
+SMALL = ["grid=32", "eval_grid=64", "t_final=0.08", "dt=0.02", "progress=false", *CHEAP_FIT]
 CONF = ROOT / "conf"
 
 
@@ -129,7 +130,8 @@ def test_the_preflight_checks_the_user_folders_jobs(user_folder, tmp_path):
     assert checks.preflight(["--config-dir", "my_conf", "equation=mine", *common], CONF) == 1
     assert checks.preflight(["-m", "--config-dir=my_conf", "equation=mine,heat", *common], CONF) == 2
     url = f"hydra.searchpath=[file://{user_folder}/my_conf]"
-    assert checks.preflight(["-m", url, "equation=mine", "dt=0.02,0.04", *common[:-2]], CONF) == 2
+    no_dt = [o for o in common if not o.startswith("dt=")]
+    assert checks.preflight(["-m", url, "equation=mine", "dt=0.02,0.04", *no_dt], CONF) == 2
 
 
 def test_the_api_refuses_a_bad_equation_in_one_line(user_folder, tmp_path, instance):
@@ -144,7 +146,7 @@ def test_the_api_refuses_a_bad_equation_in_one_line(user_folder, tmp_path, insta
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("how", ["searchpath", "config-dir+joblib"])
+@pytest.mark.parametrize("how", ["searchpath", pytest.param("config-dir+joblib", marks=pytest.mark.slow)])
 def test_a_user_file_runs_through_sweep_py(user_folder, user_cache, api_result, tmp_path, how):
     """From the user's folder, no PYTHONPATH to it: the module is found by the script
     (and by joblib's workers); the run is the API's run."""

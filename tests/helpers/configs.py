@@ -44,6 +44,12 @@ def make_equation(name: str, *overrides: str) -> Equation:
 SINES32 = ["equation.initial_condition=sines2d", "grid=32", "eval_grid=64"]
 
 
+#: A θ₀ fit of seconds instead of a minute (100 + 20 iterations, 5 polishing, tolerance
+#: 1e-6): for tests about something else than θ₀'s accuracy, whose bounds allow it.
+CHEAP_FIT = ["fit.stage1_max_iters=100", "fit.stage2_max_iters=20", "fit.stage2_polish_iters=5",
+             "fit.stage2_tol=1e-6"]
+
+
 def small(*overrides: str) -> RunConfig:
     """The run of :data:`SINES32` (the default equation and method) with ``overrides``."""
     return make_config(*SINES32, *overrides)
