@@ -13,35 +13,45 @@ import pytest
 from helpers.configs import make_config
 from helpers.mlflow_store import Server
 
-from teng_eq.cache import compilation_folder
+from teng_eq.cache import compilation_folder, file_lock
 from teng_eq.simulation import build_method
 
 
-@pytest.fixture(scope="session", autouse=True)
-def compiled_programs(tmp_path_factory) -> Path:
-    """jax's persistent compilation cache for the whole session, in a folder the two
-    pytest-xdist workers share (never ~/.cache): most tests compile the same few
-    programs (the tiny problems' steps and estimates), and compilation, not stepping,
-    is most of the suite's time. A cached program is the same executable, so results
-    do not change; a test that counts compilations switches the cache off."""
+def _session_folder(tmp_path_factory, name: str) -> Path:
+    """``name`` under the session's temporary folder, one for both pytest-xdist workers
+    (their own folders' parent) — never ~/.cache."""
     base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    folder = compilation_folder(shared / "teng-cache-shared")
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_programs(cache_dir) -> Path:
+    """jax's persistent compilation cache for the whole session, in the session's cache:
+    most tests compile the same few programs (the tiny problems' steps and estimates),
+    and compilation, not stepping, is most of the suite's time. A cached program is the
+    same executable, so results do not change; a test that counts compilations switches
+    the cache off."""
+    folder = compilation_folder(cache_dir)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     return folder
 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
-    """θ₀ and reference cache shared by the tests of one session (never ~/.cache)."""
-    return tmp_path_factory.mktemp("teng-cache")
+    """θ₀ and reference cache shared by the tests of one session and both workers
+    (entries are written atomically)."""
+    return _session_folder(tmp_path_factory, "teng-cache")
 
 
 @pytest.fixture(scope="session")
 def warm_cache(cache_dir) -> Path:
     """``cache_dir`` holding θ₀ of helpers.configs.TINY_SWEEP, fitted once in-process,
-    so that parallel sweep jobs never fit it twice side by side."""
-    build_method(make_config("equation.initial_condition=sines2d", "grid=32"), cache_dir=cache_dir)
+    so that parallel sweep jobs never fit it twice side by side; the other worker waits
+    for it and reads it (the lock) instead of fitting it too."""
+    with file_lock(cache_dir / "warm.lock"):
+        build_method(make_config("equation.initial_condition=sines2d", "grid=32"), cache_dir=cache_dir)
     return cache_dir
 
 

@@ -116,15 +116,29 @@ def test_heat3d_save_npz_and_script(tmp_path, heat3d):
         np.testing.assert_allclose(data["u"][0].ravel(), heat3d.reference([0.5]).values(0, 8), rtol=0, atol=1e-15)
 
 
-def test_density_plot_of_a_3d_run_is_a_slice(tmp_path, heat3d):
-    """The density figure of a 3-D run draws the mid-plane x₃ = π (it says so in its title)."""
+def test_density_plot_of_a_3d_run_is_a_slice(tmp_path, heat3d, monkeypatch):
+    """The density figure of a 3-D run draws the mid-plane x₃ = π (it says so in its title):
+    each panel's data is that slice of its field (x along the horizontal axis)."""
     import matplotlib.image
 
     from teng_eq import plots
 
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)  # keep the figure to read its panels
     ev = heat3d.evaluation(8)
     x = np.asarray(ev.points).T
-    snaps = {n: (heat3d.u0(x) + 1e-3 * n, heat3d.u0(x)) for n in (0, 2)}
+    u0 = heat3d.u0(x)
+    snaps = {n: (u0 + 1e-3 * n, u0) for n in (0, 2)}
     path = plots.density(tmp_path / "d.png", snaps, [0.0, 0.1, 0.2], ev, title="heat3d")
-    image = matplotlib.image.imread(path)
-    assert image.shape[0] > 300 and image.shape[1] > 300 and image[..., :3].std() > 0.05
+    (fig,) = figures
+    assert fig._suptitle.get_text() == "heat3d, x₃ = 3.14"
+    mid = u0.reshape(8, 8, 8)[:, :, 4].T
+    assert np.asarray(ev.points).reshape(8, 8, 8, 3)[0, 0, 4, 2] == pytest.approx(math.pi, rel=1e-15)
+    # Rows reference, TENG, difference; columns steps 0 and 2.
+    panels = [np.asarray(ax.images[0].get_array()) for ax in fig.axes if ax.images]
+    expected = [mid, mid, mid, mid + 2e-3, 0 * mid, 0 * mid + 2e-3]
+    assert len(panels) == 6
+    for panel, want in zip(panels, expected, strict=True):
+        np.testing.assert_allclose(panel, want, rtol=0, atol=1e-15)
+    width, height = np.round(fig.get_size_inches() * 90)  # saved at 90 dpi
+    assert matplotlib.image.imread(path).shape[:2] == (height, width)

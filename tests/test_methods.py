@@ -91,7 +91,8 @@ def test_tdvp_velocity_is_exact_for_a_linear_model(solver):
     sparse, _, _ = jax.jit(lambda th, k: tdvp3.velocity(th, k))(c, jax.random.PRNGKey(1))
     drawn = np.flatnonzero(np.asarray(sparse))
     assert drawn.size == 3
-    np.testing.assert_allclose(np.asarray(sparse)[drawn], (decay_rates() * np.asarray(c))[drawn], rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(sparse)[drawn], (decay_rates() * np.asarray(c))[drawn],
+                               rtol=1e-10, atol=0)
 
 
 def test_tdvp_velocity_is_the_weighted_projection():
@@ -110,7 +111,7 @@ def test_tdvp_velocity_is_the_weighted_projection():
     weighted = np.linalg.lstsq(J * sw[:, None], rhs * sw, rcond=None)[0]
     unweighted = np.linalg.lstsq(J, rhs, rcond=None)[0]
     assert np.linalg.norm(weighted - unweighted) > 1e-4 * np.linalg.norm(weighted)  # the weights matter
-    np.testing.assert_allclose(np.asarray(velocity)[drawn], weighted, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(velocity)[drawn], weighted, rtol=1e-9, atol=0)
     assert float(rho) == pytest.approx(float(np.sum(w * (J @ weighted - rhs) ** 2)), rel=1e-9)
 
 
@@ -122,7 +123,7 @@ def test_tdvp_step_is_classical_rk4_of_the_exact_flow():
     theta, info = jax.jit(lambda th, k: tdvp.step(th, k))(c, jax.random.PRNGKey(0))
     z = decay_rates() * dt
     rk4 = 1 + z + z**2 / 2 + z**3 / 6 + z**4 / 24
-    np.testing.assert_allclose(theta, rk4 * np.asarray(c), rtol=1e-10)
+    np.testing.assert_allclose(theta, rk4 * np.asarray(c), rtol=1e-10, atol=0)
     assert np.asarray(info.losses).shape == (4, 1) and float(info.metrics["step_loss"]) < 1e-20
     assert int(info.metrics["fallbacks"]) == 0
 
@@ -238,7 +239,7 @@ def test_engd_gram_step_equals_dense_lstsq(solver):
     J = np.asarray(engd.jacobian(theta))
     assert J.shape == (128 + 64, theta.size) and J.shape[0] > 3 * J.shape[1]
     grad = np.asarray(jax.grad(engd.loss)(theta))
-    np.testing.assert_allclose(2 * J.T @ np.asarray(engd.residuals(theta)), grad, rtol=1e-10)
+    np.testing.assert_allclose(2 * J.T @ np.asarray(engd.residuals(theta)), grad, rtol=1e-10, atol=0)
     expected = np.linalg.lstsq(J.T @ J, grad, rcond=None)[0]
     d, _ = jax.jit(lambda th: engd.direction(th))(theta)
     d = np.asarray(d)
@@ -283,6 +284,10 @@ def test_method_options_are_checked(method, override, key):
 SHORT = ["equation=heat", "dt=0.02", "t_final=0.08"]
 
 
+# The bounds: a method that stands still (û = u₀) is 6.6e-3 to 2.7e-2 off over these four
+# steps, so each bound (≤ 3e-3) fails a method that does not follow the solution, and is at
+# least twice what the method reaches (2026-11-28, this machine): TDVP-RK4 4.64e-5,
+# OBTI-Adam 4.93e-4, OBTI-L-BFGS 3.00e-4, PINN-BFGS 7.87e-4, PINN-ENGD 5.06e-4.
 @pytest.mark.parametrize("method, overrides, tolerance", [
     ("tdvp_rk4", ["method.subsample=512"], 1e-4),
     ("obti_adam", [], 3e-3),
@@ -330,5 +335,5 @@ def test_baseline_resumed_from_a_checkpoint_ends_where_the_uninterrupted_run_doe
 
     a, b = theta(whole), theta(resumed)
     assert jnp.linalg.norm(b - a) <= 1e-12 * jnp.linalg.norm(a)
-    np.testing.assert_allclose(resumed.rel_l2, whole.rel_l2, rtol=1e-12)
-    np.testing.assert_allclose(resumed.step_loss, whole.step_loss, rtol=1e-12)
+    np.testing.assert_allclose(resumed.rel_l2, whole.rel_l2, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(resumed.step_loss, whole.step_loss, rtol=1e-12, atol=0)

@@ -128,7 +128,6 @@ def test_advection_diffusion_against_its_exact_solution(warm_cache):
     assert np.all(r.metrics["growth_rate"] == 0.0)
 
 
-@pytest.mark.slow  # half a minute, most of it compiling a time-dependent L: CI's slow stage
 def test_a_forced_equation_with_a_variable_coefficient_against_its_manufactured_solution(warm_cache):
     cfg = example("forced_diffusion", "t_final=0.1", "dt=0.01")
     assert not cfg.equation.autonomous
@@ -137,7 +136,9 @@ def test_a_forced_equation_with_a_variable_coefficient_against_its_manufactured_
     assert r.estimate == "hermite" and _global_bracketed(r)
 
 
-@pytest.mark.slow  # half a minute, most of it compiling fourth derivatives: CI's slow stage
+# Half a minute, most of it compiling fourth derivatives: CI's slow stage. The default suite keeps
+# one run of each example's PDE (advection–diffusion, forced diffusion, Kuramoto–Sivashinsky below).
+@pytest.mark.slow
 def test_a_fourth_order_equation_against_its_exact_solution(warm_cache):
     """The biharmonic heat equation: the Hermite estimate would need eighth derivatives,
     so the run computes the trapezoid one, and says so; it still brackets the error."""

@@ -108,16 +108,16 @@ def test_at_non_square_domain():
 def test_etdrk4_coefficients_limits_and_closed_forms():
     z = np.array([-1e-9, -0.3, -1.0, -2.0, -50.0, -1e3])
     _, e, q, f1, f2, f3 = etdrk4_coefficients(z)
-    np.testing.assert_allclose(e, np.exp(z), rtol=1e-15)
+    np.testing.assert_allclose(e, np.exp(z), rtol=1e-15, atol=0)
     # z → 0: Q → 1/2, f₁, f₂, f₃ → 1/6 (to O(z)).
-    np.testing.assert_allclose([q[0], f1[0], f2[0], f3[0]], [0.5, 1 / 6, 1 / 6, 1 / 6], rtol=1e-8)
+    np.testing.assert_allclose([q[0], f1[0], f2[0], f3[0]], [0.5, 1 / 6, 1 / 6, 1 / 6], rtol=1e-8, atol=0)
     # |z| large: the closed forms have no cancellation.
     zz = z[-2:]
     ez = np.exp(zz)
-    np.testing.assert_allclose(q[-2:], (np.exp(zz / 2) - 1) / zz, rtol=1e-13)
-    np.testing.assert_allclose(f1[-2:], (-4 - zz + ez * (4 - 3 * zz + zz**2)) / zz**3, rtol=1e-13)
-    np.testing.assert_allclose(f2[-2:], (2 + zz + ez * (zz - 2)) / zz**3, rtol=1e-13)
-    np.testing.assert_allclose(f3[-2:], (-4 - 3 * zz - zz**2 + ez * (4 - zz)) / zz**3, rtol=1e-13)
+    np.testing.assert_allclose(q[-2:], (np.exp(zz / 2) - 1) / zz, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(f1[-2:], (-4 - zz + ez * (4 - 3 * zz + zz**2)) / zz**3, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(f2[-2:], (2 + zz + ez * (zz - 2)) / zz**3, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(f3[-2:], (-4 - 3 * zz - zz**2 + ez * (4 - zz)) / zz**3, rtol=1e-13, atol=0)
     # Taylor series (from f₁ = φ₁ − 3φ₂ + 4φ₃, f₂ = φ₂ − 2φ₃, f₃ = −φ₂ + 4φ₃,
     # φ_j = Σ zᵏ/(k+j)!) at z = −10⁻⁹, −0.3, −1, −2, where the closed forms cancel.
     for i in (0, 1, 2, 3):
@@ -126,13 +126,13 @@ def test_etdrk4_coefficients_limits_and_closed_forms():
         t2 = sum((k + 1) * zs**k / math.factorial(k + 3) for k in range(40))
         t3 = sum((1 - k) * zs**k / math.factorial(k + 3) for k in range(40))
         tq = sum(zs**k / (2 ** (k + 1) * math.factorial(k + 1)) for k in range(40))
-        np.testing.assert_allclose([f1[i], f2[i], f3[i], q[i]], [t1, t2, t3, tq], rtol=1e-13)
+        np.testing.assert_allclose([f1[i], f2[i], f3[i], q[i]], [t1, t2, t3, tq], rtol=1e-13, atol=0)
 
 
 def test_step_sizes_hit_every_time():
     plan = etdrk4._step_sizes(np.array([0.0, 0.5, 1.0, 1.25, 1.25]), 0.2)
     assert [s for _, s in plan] == [0, 3, 3, 2, 0]
-    np.testing.assert_allclose([h * s for h, s in plan], [0, 0.5, 0.5, 0.25, 0], rtol=1e-15)
+    np.testing.assert_allclose([h * s for h, s in plan], [0, 0.5, 0.5, 0.25, 0], rtol=1e-15, atol=0)
     assert all(h <= 0.2 for h, _ in plan)
 
 
@@ -156,7 +156,7 @@ def test_heat_exact_single_mode():
     i, j = np.unravel_index(np.argmax(np.abs(coef[0])), coef[0].shape)
     m1 = np.fft.fftfreq(sol.n, 1.0 / sol.n)[i]
     decay = np.exp(-eq.nu * (m1**2 + j**2) * np.array([0.0, 1.0, 4.0]))
-    np.testing.assert_allclose(coef[:, i, j], decay * coef[0, i, j], rtol=1e-14)
+    np.testing.assert_allclose(coef[:, i, j], decay * coef[0, i, j], rtol=1e-14, atol=0)
 
 
 def two_modes(x):

@@ -104,10 +104,12 @@ def test_naive_step_is_the_same_step(problem):
     # factored Jacobian, SVD on autodiff's), whose round-off differs: its loss, a
     # residual ~1e-4 of |û|, agreed to 1.1e-6 relative on the 2-core CI machine.
     np.testing.assert_allclose(fast.losses[:, 0], slow.losses[:, 0], rtol=2e-5, atol=0)
-    # 64 of 8361 parameters per iteration: each iteration only partly closes the gap,
-    # so the two stay within a small factor of each other.
-    ratio = float(fast.metrics["step_loss"]) / float(slow.metrics["step_loss"])
-    assert 0.5 < ratio < 2, ratio
+    # Every later loss too: the routes' round-off, carried through five solves of 64 of
+    # 8361 parameters each, moved them by at most 2.3e-5 relative (2026-11-28, this
+    # machine; the step loss by 1.8e-6). 5e-4 is 20× that, while another step (another
+    # subset, a stage skipped or repeated) moves them by O(1).
+    np.testing.assert_allclose(fast.losses, slow.losses, rtol=5e-4, atol=0, equal_nan=True)
+    np.testing.assert_allclose(fast.metrics["step_loss"], slow.metrics["step_loss"], rtol=5e-4, atol=0)
 
 
 def test_solve_flops():
