@@ -136,9 +136,6 @@ def test_a_forced_equation_with_a_variable_coefficient_against_its_manufactured_
     assert r.estimate == "hermite" and _global_bracketed(r)
 
 
-# Half a minute, most of it compiling fourth derivatives: CI's slow stage. The default suite keeps
-# one run of each example's PDE (advection–diffusion, forced diffusion, Kuramoto–Sivashinsky below).
-@pytest.mark.slow
 def test_a_fourth_order_equation_against_its_exact_solution(warm_cache):
     """The biharmonic heat equation: the Hermite estimate would need eighth derivatives,
     so the run computes the trapezoid one, and says so; it still brackets the error."""
