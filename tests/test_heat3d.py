@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.fft as sfft
 from helpers.configs import make_config, make_equation
+from helpers.figures import assert_saved, keep_figures
 from helpers.numerics import pointwise_roundoff
 from helpers.processes import run_script
 
@@ -119,12 +120,9 @@ def test_heat3d_save_npz_and_script(tmp_path, heat3d):
 def test_density_plot_of_a_3d_run_is_a_slice(tmp_path, heat3d, monkeypatch):
     """The density figure of a 3-D run draws the mid-plane x₃ = π (it says so in its title):
     each panel's data is that slice of its field (x along the horizontal axis)."""
-    import matplotlib.image
-
     from teng_eq import plots
 
-    figures = []
-    monkeypatch.setattr(plots.plt, "close", figures.append)  # keep the figure to read its panels
+    figures = keep_figures(monkeypatch)
     ev = heat3d.evaluation(8)
     x = np.asarray(ev.points).T
     u0 = heat3d.u0(x)
@@ -140,5 +138,4 @@ def test_density_plot_of_a_3d_run_is_a_slice(tmp_path, heat3d, monkeypatch):
     assert len(panels) == 6
     for panel, want in zip(panels, expected, strict=True):
         np.testing.assert_allclose(panel, want, rtol=0, atol=1e-15)
-    width, height = np.round(fig.get_size_inches() * 90)  # saved at 90 dpi
-    assert matplotlib.image.imread(path).shape[:2] == (height, width)
+    assert_saved(path, fig, dpi=90)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.special as sp
 from helpers.configs import make_config, make_equation
+from helpers.figures import assert_saved, keep_figures
 from helpers.numerics import pointwise_roundoff, sum_roundoff
 from helpers.processes import run_script
 
@@ -233,12 +234,9 @@ def test_disk_save_npz_and_script(tmp_path, disk):
 def test_density_plot_on_the_disk(tmp_path, disk, monkeypatch):
     """On scattered points the panels are colour maps on the disk's own points: each
     panel's data is its field at the evaluation points, in their order."""
-    import matplotlib.image
-
     from teng_eq import plots
 
-    figures = []
-    monkeypatch.setattr(plots.plt, "close", figures.append)  # keep the figure to read its panels
+    figures = keep_figures(monkeypatch)
     ev = disk.evaluation(16)
     x = np.asarray(ev.points).T
     u0 = disk.u0(x)
@@ -249,8 +247,7 @@ def test_density_plot_on_the_disk(tmp_path, disk, monkeypatch):
     expected = [u0, u0, u0, u0 * 1.001, 0 * u0, 1e-3 * u0]
     for panel, want in zip(panels, expected, strict=True):
         np.testing.assert_allclose(panel.get_array(), want, rtol=0, atol=1e-15)
-    width, height = np.round(fig.get_size_inches() * 90)  # saved at 90 dpi
-    assert matplotlib.image.imread(path).shape[:2] == (height, width)
+    assert_saved(path, fig, dpi=90)
 
 
 @pytest.mark.slow
