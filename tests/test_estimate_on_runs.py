@@ -1,19 +1,25 @@
-"""The error estimate on real runs: on the periodic equations with a reference (3-D heat
-and the disk aside, below), with the paper's network at test size, both estimates
-(``hermite``, ``embedded``) under a fixed Δt and under ``dt=auto``: ``est_rel_l2 / rel_l2``
-lies in README's band [1, 11] at every step after the fifth — the estimate never below
-the error it never saw, and at most 11 times it (measured here: 1.43 to 3.14, 2026-11-28).
+"""The error estimate on real runs: on every equation with a reference but 3-D heat
+(below), with the paper's network, both estimates (``hermite``, ``embedded``) under a
+fixed Δt and under ``dt=auto``: ``est_rel_l2 / rel_l2`` lies in README's band at every
+step after the fifth — the estimate never below the error it never saw, and at most
+11 times it on the periodic equations (measured here: 1.43 to 3.14, 2026-11-28).
 
-At this size θ₀ is a short fit (errors 3e-4 to 1e-3), so the known start error e(0)
-weighs in every step's estimate and the band checks less than it does at CPU size, where
-the Error control guide's table has the Hermite ratios in [1.00, 10.2] and ``embedded``
-over-estimating by up to 545× (it measures the Euler step's error; README says so).
+On the periodic equations the runs are at test size, where θ₀ is a short fit (errors
+3e-4 to 1e-3), so the known start error e(0) weighs in every step's estimate and the
+band checks less than it does at CPU size, where the Error control guide's table has the
+Hermite ratios in [1.00, 10.2] and ``embedded`` over-estimating by up to 545× (it
+measures the Euler step's error; README says so).
 
-Not here, at this size: 3-D heat (8³ with a short θ₀ diverges; a stable size needs
-minutes of θ₀ fit, which the slow stage cannot spare) and the disk (16 nodes with a short
-θ₀ diverge within 12 steps of Δt = 0.001). Their ratios at CPU size are in the guide's
-table."""
+The disk runs at its CPU default (its own θ₀ fit; 16 nodes with a short θ₀ diverge
+within 12 steps of Δt = 0.001), to t = 0.03. There the true error decays (Dirichlet
+damping) and the estimate's sum of past defects does not, so the ratio grows along the
+run: measured (2026-11-28, `f08f12e`) ``hermite`` 3.50–8.24 at Δt = 0.001 and 3.08–11.05
+under ``dt=auto`` (40 steps), ``embedded`` 74–277 and 51–290. README's band there is
+[1, 15] for ``hermite`` and [1, 600] for ``embedded``.
 
+Not here: 3-D heat (8³ with a short θ₀ diverges; a stable size needs minutes of θ₀ fit,
+and 3-D heat at CPU size is θ₀-limited by decision). Its ratios at CPU size are in the
+guide's table."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +28,11 @@ from helpers.configs import CHEAP_FIT, make_config
 
 from teng_eq.simulation import run_simulation
 
-#: README's band for ``est_rel_l2 / rel_l2`` at every step after the fifth.
+#: README's band for ``est_rel_l2 / rel_l2`` at every step after the fifth (periodic
+#: equations, both estimates).
 BAND = (1.0, 11.0)
+#: README's bands on the disk, per estimate (measured maxima 11.05 and 290, above).
+DISK_BAND = {"hermite": (1.0, 15.0), "embedded": (1.0, 600.0)}
 #: Test size: 16² nodes (errors on 32²), 12 steps of Δt = 0.005 or the controller's.
 SIZE = ["grid=16", "eval_grid=32", "t_final=0.06", "progress=false", *CHEAP_FIT]
 STEPS = {"fixed": ["dt=0.005"], "auto": ["dt=auto", "controller.rtol=1e-5"]}
@@ -45,3 +54,19 @@ def test_both_estimates_bracket_the_error_on_real_runs(cache_dir, name, steps):
     # The estimate watches the run; it does not steer it (the controller reads local_error).
     np.testing.assert_array_equal(runs["hermite"].times, runs["embedded"].times)
     np.testing.assert_array_equal(runs["hermite"].rel_l2, runs["embedded"].rel_l2)
+
+
+@pytest.mark.slow  # the disk's θ₀ fit at CPU size (~4 min, shared with test_heat_disk) and 4 runs
+@pytest.mark.parametrize("steps", list(STEPS))
+def test_both_estimates_bound_the_error_on_the_disk(cache_dir, steps):
+    dt = ["dt=0.001"] if steps == "fixed" else STEPS[steps]
+    times = {}
+    for kind in ("hermite", "embedded"):
+        result = run_simulation(make_config("equation=heat_disk", "t_final=0.03", "progress=false", *dt,
+                                            f"estimate={kind}"), cache_dir=cache_dir)
+        assert result.estimate == kind
+        ratio = result.est_rel_l2[6:] / result.rel_l2[6:]
+        low, high = DISK_BAND[kind]
+        assert len(ratio) >= 24 and low <= ratio.min() and ratio.max() <= high, (kind, ratio)
+        times[kind] = result.times
+    np.testing.assert_array_equal(times["hermite"], times["embedded"])
