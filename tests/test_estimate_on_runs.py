@@ -36,6 +36,9 @@ DISK_BAND = {"hermite": (1.0, 15.0), "embedded": (1.0, 600.0)}
 #: Test size: 16² nodes (errors on 32²), 12 steps of Δt = 0.005 or the controller's.
 SIZE = ["grid=16", "eval_grid=32", "t_final=0.06", "progress=false", *CHEAP_FIT]
 STEPS = {"fixed": ["dt=0.005"], "auto": ["dt=auto", "controller.rtol=1e-5"]}
+#: The disk at its CPU default: its own Δt, 30 steps to t = 0.03.
+DISK = ["equation=heat_disk", "t_final=0.03", "progress=false"]
+DISK_STEPS = {"fixed": ["dt=0.001"], "auto": STEPS["auto"]}
 #: Each periodic equation at its test size; 3-D heat keeps its own (longer) θ₀ fit.
 EQUATIONS = {
     "heat": SIZE,
@@ -46,34 +49,33 @@ EQUATIONS = {
 }
 
 
+def _both_estimates(cache_dir, overrides, bands, min_steps):
+    """The run under ``overrides`` once with each estimate, its ``est_rel_l2 / rel_l2``
+    within ``bands[kind]`` at every step after the fifth (at least ``min_steps`` of them)."""
+    runs = {}
+    for kind in ("hermite", "embedded"):
+        result = run_simulation(make_config(*overrides, f"estimate={kind}"), cache_dir=cache_dir)
+        assert result.estimate == kind
+        ratio = result.est_rel_l2[6:] / result.rel_l2[6:]
+        low, high = bands[kind]
+        assert len(ratio) >= min_steps and low <= ratio.min() and ratio.max() <= high, (kind, ratio)
+        runs[kind] = result
+    return runs
+
+
 @pytest.mark.slow  # 20 runs, each compiling its own step and estimate: CI's slow stage
 @pytest.mark.parametrize("steps", list(STEPS))
 @pytest.mark.parametrize("name", list(EQUATIONS))
 def test_both_estimates_bracket_the_error_on_real_runs(cache_dir, name, steps):
-    runs = {}
-    for kind in ("hermite", "embedded"):
-        result = run_simulation(make_config(f"equation={name}", *EQUATIONS[name], *STEPS[steps],
-                                            f"estimate={kind}"), cache_dir=cache_dir)
-        assert result.estimate == kind
-        ratio = result.est_rel_l2[6:] / result.rel_l2[6:]
-        assert len(ratio) >= 6 and BAND[0] <= ratio.min() and ratio.max() <= BAND[1], (kind, ratio)
-        runs[kind] = result
+    runs = _both_estimates(cache_dir, [f"equation={name}", *EQUATIONS[name], *STEPS[steps]],
+                           dict.fromkeys(("hermite", "embedded"), BAND), min_steps=6)
     # The estimate watches the run; it does not steer it (the controller reads local_error).
     np.testing.assert_array_equal(runs["hermite"].times, runs["embedded"].times)
     np.testing.assert_array_equal(runs["hermite"].rel_l2, runs["embedded"].rel_l2)
 
 
 @pytest.mark.slow  # the disk's θ₀ fit at CPU size (~4 min, shared with test_heat_disk) and 4 runs
-@pytest.mark.parametrize("steps", list(STEPS))
+@pytest.mark.parametrize("steps", list(DISK_STEPS))
 def test_both_estimates_bound_the_error_on_the_disk(cache_dir, steps):
-    dt = ["dt=0.001"] if steps == "fixed" else STEPS[steps]
-    times = {}
-    for kind in ("hermite", "embedded"):
-        result = run_simulation(make_config("equation=heat_disk", "t_final=0.03", "progress=false", *dt,
-                                            f"estimate={kind}"), cache_dir=cache_dir)
-        assert result.estimate == kind
-        ratio = result.est_rel_l2[6:] / result.rel_l2[6:]
-        low, high = DISK_BAND[kind]
-        assert len(ratio) >= 24 and low <= ratio.min() and ratio.max() <= high, (kind, ratio)
-        times[kind] = result.times
-    np.testing.assert_array_equal(times["hermite"], times["embedded"])
+    runs = _both_estimates(cache_dir, [*DISK, *DISK_STEPS[steps]], DISK_BAND, min_steps=24)
+    np.testing.assert_array_equal(runs["hermite"].times, runs["embedded"].times)
