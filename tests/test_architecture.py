@@ -44,3 +44,28 @@ def test_importing_the_package_loads_nothing_heavy():
             "assert jnp.zeros(1).dtype == jnp.float64")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _functions():
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            yield path.relative_to(ROOT), fn
+
+
+def test_no_function_is_long_and_none_hides_state():
+    """No function of the library over 60 lines (one that long does several things), and no
+    ``nonlocal``: traced code that changes a variable of the function around it hides state."""
+    long = [f"{path}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)" for path, fn in _functions()
+            if fn.end_lineno - fn.lineno + 1 > 60]
+    hidden = [f"{path}:{node.lineno}" for path, fn in _functions() for node in ast.walk(fn)
+              if isinstance(node, ast.Nonlocal)]
+    assert not long and not hidden, (long, hidden)
+
+
+def test_the_run_state_is_made_in_the_run_loop_alone():
+    """The run loop's state is made (a new one per accepted step) in ``driver.py`` only:
+    one module decides how a step is accepted."""
+    makers = {str(path) for path, fn in _functions() for node in ast.walk(fn)
+              if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "RunState"}
+    assert makers == {"src/teng_eq/driver.py"}, makers

@@ -11,9 +11,11 @@ from helpers.configs import make_config
 from helpers.fake_methods import TOY
 from helpers.stops import Stop
 
+from teng_eq.cache import load_arrays, store_arrays
 from teng_eq.checkpoint import CheckpointStore
+from teng_eq.driver import divergence_reason
 from teng_eq.errors import Diverged
-from teng_eq.simulation import divergence_reason, run_simulation
+from teng_eq.simulation import run_simulation
 
 
 def toy(*overrides):
@@ -122,3 +124,38 @@ def test_round_off_losses_may_jump_without_diverging():
     assert divergence_reason({"step_loss": 1e-10}, losses, 10, 1e6, scale=1.0) is None
     assert "times the median" in divergence_reason({"step_loss": 1e-10}, losses, 10, 1e6, scale=0.0)
     assert "times the median" in divergence_reason({"step_loss": 1e-8}, losses, 10, 1e6, scale=1.0)
+
+
+def test_a_checkpoint_of_the_earlier_format_resumes(tmp_path, uninterrupted):
+    """Checkpoints written before the run loop kept rows had their arrays sized for the
+    whole run (zeros, NaN past the last step): one such resumes to the uninterrupted run."""
+    store = CheckpointStore(tmp_path / "run.npz", {"run": "old"})
+    _records(toy(), store, stop_after=4, checkpoint_every=4)
+    arrays = load_arrays(store.path, store.key)
+    n, total = 4, 10
+    for key in ("err_sq", "ref_sq", "times", "u_sq"):
+        arrays[f"record.{key}"] = np.concatenate([arrays[f"record.{key}"], np.zeros(total - n)])
+    for key in ("boundary", "est"):
+        arrays[f"record.{key}"] = np.concatenate([arrays[f"record.{key}"], np.full(total - n, np.nan)])
+    arrays["record.wall"] = np.concatenate([arrays["record.wall"], np.zeros(total - n)])
+    for key in [k for k in arrays if k.startswith("record.scalar.")]:
+        arrays[key] = np.concatenate([arrays[key], np.full(total - n, np.nan)])
+    store_arrays(store.path, arrays, store.key)
+    resumed, _ = _records(toy(), store, checkpoint_every=4)
+    assert resumed.resumed_from == 4
+    _same(resumed, uninterrupted[0])
+
+
+def test_a_callback_that_returns_true_stops_the_run_where_it_is(tmp_path):
+    """A callback sees each step's record and the state after it; returning True ends the
+    run there, its last state checkpointed, its result the steps so far."""
+    seen = []
+
+    def stop_at_three(record, state):
+        seen.append((record.step, state.n))
+        return state.n == 3
+
+    store = CheckpointStore(tmp_path / "run.npz", {"run": "stop"})
+    result = run_simulation(toy(), callbacks=[stop_at_three], checkpoints=store, checkpoint_every=100)
+    assert seen == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert len(result.times) == 4 and store.step == 3

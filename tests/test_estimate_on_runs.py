@@ -2,7 +2,7 @@
 network, both estimates (``hermite``, ``embedded``) under a fixed Δt and under
 ``dt=auto``: ``est_rel_l2 / rel_l2`` lies in README's band at every step after the
 fifth — the estimate never below the error it never saw, and at most 11 times it on the
-periodic equations (measured here: 1.24 to 3.14, 2026-11-28).
+periodic equations (the measured ratios: docs/claims.md).
 
 The 2-D periodic equations run at test size, where θ₀ is a short fit (errors 3e-4 to
 1e-3), so the known start error e(0) weighs in every step's estimate and the band checks
@@ -13,13 +13,12 @@ Euler step's error; README says so).
 The disk runs at its CPU default (its own θ₀ fit; 16 nodes with a short θ₀ diverge
 within 12 steps of Δt = 0.001), to t = 0.03. There the true error decays (Dirichlet
 damping) and the estimate's sum of past defects does not, so the ratio grows along the
-run: measured (2026-11-28, `f08f12e`) ``hermite`` 3.50–8.24 at Δt = 0.001 and 3.08–11.05
-under ``dt=auto`` (40 steps), ``embedded`` 74–277 and 51–290. README's band there is
-[1, 15] for ``hermite`` and [1, 600] for ``embedded``.
+run (``hermite`` to about 11, ``embedded`` to about 290: docs/claims.md). README's band
+there is [1, 15] for ``hermite`` and [1, 600] for ``embedded``.
 
 3-D heat runs on 12³ nodes (errors on 24³) from its own θ₀ fit on 16³ (about 2.5 min;
 θ₀ 1.1e-3 — on 8³ nodes the fixed-Δt run blows up between the nodes, which the estimate,
-made on them, cannot see): measured 1.24–1.86 (2026-11-28, `749fe6d`)."""
+made on them, cannot see)."""
 from __future__ import annotations
 
 import numpy as np

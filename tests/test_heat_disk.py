@@ -260,6 +260,6 @@ def test_teng_heun_holds_the_boundary_at_cpu_size(cache_dir):
     result = run_simulation(make_config("equation=heat_disk"), on_step=records.append, cache_dir=cache_dir)
     boundary = [r.metrics["boundary_max_abs"] for r in records]
     assert len(boundary) == 101 and max(boundary) <= 1e-5, max(boundary)
-    # The Accuracy guide's table: 8.89e-7 (2026-11-27, `177cf60`), 2.05e-6 before the start
-    # and fit changed; 4e-6 fails a run that lost half a digit, not a machine's rounding.
+    # The Accuracy guide's table has what it reaches (docs/claims.md); 4e-6 fails a run that
+    # lost half a digit, not a machine's rounding.
     assert result.global_rel_l2 < 4e-6, result.global_rel_l2

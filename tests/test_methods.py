@@ -23,6 +23,7 @@ from teng_eq.errors import ConfigError
 from teng_eq.grid import Quadrature, cell_volume, grid_points
 from teng_eq.integrators import RK4
 from teng_eq.lstsq import SOLVERS
+from teng_eq.methods.base import StepInputs
 from teng_eq.methods.obti import OBTILBFGS, OBTIAdam
 from teng_eq.methods.pinn import pde_residual
 from teng_eq.methods.tdvp import TDVP
@@ -120,7 +121,7 @@ def test_tdvp_step_is_classical_rk4_of_the_exact_flow():
     space, c, quadrature, heat = fourier_problem()
     dt = 0.5
     tdvp = _tdvp(space, c, quadrature, heat, "qr", dt=dt)
-    theta, info = jax.jit(lambda th, k: tdvp.step(th, k))(c, jax.random.PRNGKey(0))
+    theta, info = jax.jit(lambda th, k: tdvp.step(th, k, StepInputs()))(c, jax.random.PRNGKey(0))
     z = decay_rates() * dt
     rk4 = 1 + z + z**2 / 2 + z**3 / 6 + z**4 / 24
     np.testing.assert_allclose(theta, rk4 * np.asarray(c), rtol=1e-10, atol=0)
@@ -147,7 +148,7 @@ def test_obti_lbfgs_reaches_the_known_minimum_of_a_quadratic():
     space, c, quadrature, heat = fourier_problem()
     dt = 0.05
     obti = _obti(OBTILBFGS, _options(OBTILBFGS, iterations=30, memory=10), space, c, quadrature, heat, dt)
-    theta, info = jax.jit(lambda th, k: obti.step(th, k))(c, jax.random.PRNGKey(0))
+    theta, info = jax.jit(lambda th, k: obti.step(th, k, StepInputs()))(c, jax.random.PRNGKey(0))
     np.testing.assert_allclose(theta, (1 + decay_rates() * dt) * np.asarray(c), rtol=1e-9, atol=1e-12)
     losses = np.asarray(info.losses)[0]
     assert losses[0] > 1e-4 and losses[-1] < 1e-20 and np.all(np.diff(losses) <= 1e-18)
@@ -163,7 +164,7 @@ def test_obti_step_lowers_the_loss_monotonically_on_a_quadratic(cls, options):
     separable quadratic every iteration lowers the loss."""
     space, c, quadrature, heat = fourier_problem()
     obti = _obti(cls, options, space, c, quadrature, heat, 0.05)
-    _, info = jax.jit(lambda th, k: obti.step(th, k))(c, jax.random.PRNGKey(0))
+    _, info = jax.jit(lambda th, k: obti.step(th, k, StepInputs()))(c, jax.random.PRNGKey(0))
     losses = np.asarray(info.losses)[0]
     assert losses.shape == (options.iterations + 1,)
     # Non-increasing up to round-off (L-BFGS may reach the minimum, ~1e-30, within a few iterations).
@@ -181,7 +182,7 @@ def test_obti_step_on_the_network(warm_cache, name):
     cfg = make_config("equation=allen_cahn", "equation.initial_condition=sines2d", "grid=32",
                       f"method={name}", "dt=0.02", *CHEAP_FIT)
     obti = build_method(cfg, cache_dir=warm_cache)
-    _, info = jax.jit(lambda th, k: obti.step(th, k))(obti.theta0, jax.random.PRNGKey(0))
+    _, info = jax.jit(lambda th, k: obti.step(th, k, StepInputs()))(obti.theta0, jax.random.PRNGKey(0))
     losses = np.asarray(info.losses)[0]
     target = np.asarray(obti.target(obti.theta0))
     quadrature = cfg.equation.quadrature(32)
@@ -286,8 +287,7 @@ SHORT = ["equation=heat", "dt=0.02", "t_final=0.08"]
 
 # The bounds: a method that stands still (û = u₀) is 6.6e-3 to 2.7e-2 off over these four
 # steps, so each bound (≤ 3e-3) fails a method that does not follow the solution, and is at
-# least twice what the method reaches (2026-11-28, this machine): TDVP-RK4 4.64e-5,
-# OBTI-Adam 4.93e-4, OBTI-L-BFGS 3.00e-4, PINN-BFGS 7.87e-4, PINN-ENGD 5.06e-4.
+# least twice what the method reaches (docs/claims.md, "Methods against exact heat").
 @pytest.mark.parametrize("method, overrides, tolerance", [
     ("tdvp_rk4", ["method.subsample=512"], 1e-4),
     ("obti_adam", [], 3e-3),

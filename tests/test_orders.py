@@ -22,6 +22,8 @@ from helpers.configs import make_config
 from helpers.linear_model import teng_on_fourier
 from helpers.numerics import convergence_order
 
+from teng_eq.methods.base import StepInputs
+
 T_FINAL = 0.8
 #: grid 16: resolves the modes (|k|∞ ≤ 3) exactly; all 12 parameters drawn in every fit.
 SETUP = ["equation=heat", "equation.initial_condition=sines2d", "grid=16", "subsample_first=12", "subsample=12",
@@ -43,9 +45,7 @@ def _run(method, step, rates, dt: float):
     return float(np.linalg.norm(np.asarray(method.parameters(state)) - exact) / np.linalg.norm(exact)), local
 
 
-# (config, order, estimate's order, Δt). Measured slopes, integrator / estimate
-# (2026-11-27, branch claims, the 2-core dev machine): Euler 1.015; Heun 2.041 / 2.000;
-# Heun-FSAL 2.041 / 3.000; BS3 3.043 / 2.943; RK4 4.090 / 4.051.
+# (config, order, estimate's order, Δt); the measured slopes are in docs/claims.md.
 CASES = [
     pytest.param(["method=teng_euler"], 1, None, [0.025, 0.05, 0.1], id="euler"),
     pytest.param(["method=teng_heun"], 2, 2, [0.05, 0.1, 0.2], id="heun"),
@@ -59,7 +59,7 @@ CASES = [
 def test_integrator_and_its_estimate_have_their_orders(overrides, order, error_order, dts):
     cfg = make_config(*SETUP, *overrides, f"dt={dts[0]}")
     method, rates = teng_on_fourier(cfg)
-    step = jax.jit(lambda s, k, d: method.step(s, k, d))
+    step = jax.jit(lambda s, k, d: method.step(s, k, StepInputs(dt=d)))
     runs = [_run(method, step, rates, dt) for dt in dts]
     errors, locals_ = [e for e, _ in runs], [loc for _, loc in runs]
     assert min(errors) > 1e-9, errors  # far above round-off: the slope is the integrator's

@@ -80,9 +80,7 @@ def test_runs_that_differ_only_in_dt_compile_one_step(cache_dir):
     def program(*overrides):
         cfg = small(*HEUN, "t_final=0.04", *overrides)
         method = build_method(cfg, cache_dir=cache_dir)
-        state, key = method.init(), jax.random.PRNGKey(0)
-        takes_dt = method.error_order(cfg.method.options) > 0
-        return lower_step(method, state, key, takes_dt=takes_dt, expects=method.expects_error).as_text()
+        return lower_step(method, cfg, jax.random.PRNGKey(0)).as_text()
 
     a, b = program("dt=0.02"), program("dt=0.01")
     assert a == b

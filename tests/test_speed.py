@@ -15,6 +15,7 @@ from helpers.configs import small
 
 from teng_eq.benchmark import NaiveSolver, naive, solve_flops
 from teng_eq.integrators import HEUN, TENGStep
+from teng_eq.methods.base import StepInputs
 from teng_eq.simulation import build_method, run_simulation
 from teng_eq.stage import StageSolver
 
@@ -101,13 +102,13 @@ def test_naive_step_is_the_same_step(problem):
     np.testing.assert_array_equal(np.isnan(fast.losses), np.isnan(slow.losses))
     # Each stage's start: the first is θ₀'s (the same arithmetic); the second follows
     # three solves of the damped least squares by the two routes (Cholesky on the
-    # factored Jacobian, SVD on autodiff's), whose round-off differs: its loss, a
-    # residual ~1e-4 of |û|, agreed to 1.1e-6 relative on the 2-core CI machine.
+    # factored Jacobian, SVD on autodiff's), whose round-off differs (its loss, a
+    # residual ~1e-4 of |û|, measured: docs/claims.md).
     np.testing.assert_allclose(fast.losses[:, 0], slow.losses[:, 0], rtol=2e-5, atol=0)
     # Every later loss too: the routes' round-off, carried through five solves of 64 of
-    # 8361 parameters each, moved them by at most 2.3e-5 relative (2026-11-28, this
-    # machine; the step loss by 1.8e-6). 5e-4 is 20× that, while another step (another
-    # subset, a stage skipped or repeated) moves them by O(1).
+    # 8361 parameters each, moves them by about 2e-5 relative (docs/claims.md); 5e-4 is
+    # 20× that, while another step (another subset, a stage skipped or repeated) moves
+    # them by O(1).
     np.testing.assert_allclose(fast.losses, slow.losses, rtol=5e-4, atol=0, equal_nan=True)
     np.testing.assert_allclose(fast.metrics["step_loss"], slow.metrics["step_loss"], rtol=5e-4, atol=0)
 
@@ -132,6 +133,6 @@ def test_bench_builds_the_runs_step_at_other_sizes(problem):
     key = jax.random.PRNGKey(1)
     mine = bench.step_at(method, cfg, o.grid, o.solver, o.subsample_first, o.subsample)
     np.testing.assert_array_equal(eqx.filter_jit(mine)(method.theta0, key)[0],
-                                  eqx.filter_jit(method.step)(method.theta0, key)[0])
+                                  eqx.filter_jit(method.step)(method.theta0, key, StepInputs())[0])
     other = bench.step_at(method, cfg, 16, "qr", 64, 64)
     assert other.solver.points.shape == (256, 2) and other.holdout.points.shape == (256, 2)

@@ -1,4 +1,4 @@
-"""The stage, held-out and network keys of issue 8: one-line errors naming key and value."""
+"""The stage, held-out and network keys: one-line errors naming key and value."""
 
 import inspect
 

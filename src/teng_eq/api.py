@@ -36,7 +36,8 @@ from teng_eq.job import JobContext, enable_compilation_cache, tracked_job
 from teng_eq.options import user_folders_on_path
 from teng_eq.preflight import one_line, check_group_choices, validate_job, with_config_dir
 from teng_eq.results import StepRecord
-from teng_eq.simulation import RunResult, run_simulation
+from teng_eq.driver import Callback
+from teng_eq.simulation import RunResult, reporting, run_simulation
 
 #: The checkout whose ``conf/`` the API composes (``pip install -e .``: the repository),
 #: and where the default MLflow store is (``<root>/mlflow.db``), as for ``pipeline/sweep.py``.
@@ -45,26 +46,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(equation: Equation | str, *overrides: str, mlflow: bool = False, tracking_uri: str | None = None,
         cache_dir: str | Path | None = None, on_step: Callable[[StepRecord], None] | None = None,
-        config_dir: str | Path | None = None, conf: str | Path | None = None) -> RunResult:
-    """Run ``equation`` with the command line's ``overrides`` (``"dt=auto"``,
-    ``"method=teng_rk4"``, ``"grid=32"``, …; one run: no sweeps) and return its
-    :class:`~teng_eq.simulation.RunResult` (``times``, ``rel_l2``, ``est_rel_l2``,
-    ``global_rel_l2``, ``scalars["est_global_rel_l2"]``, the ``network`` at the end).
+        callbacks: Sequence[Callback] = (), config_dir: str | Path | None = None,
+        conf: str | Path | None = None) -> RunResult:
+    """Run ``equation`` with the command line's ``overrides`` (``"dt=auto"``, ``"grid=32"``,
+    …; one run: no sweeps) and return its :class:`~teng_eq.simulation.RunResult`.
 
-    ``equation``: a config name of the ``equation`` group (one of ``conf/equation/``,
-    or of ``config_dir``), or an :class:`~teng_eq.equations.Equation` instance, whose class
-    and fields become the ``equation`` group (no yaml needed; its class must be
-    importable as ``module:Class``, a user's file in the current folder included).
-    ``mlflow``: log the run as ``pipeline/sweep.py``'s job does, in ``tracking_uri``
-    (None: the config's, by default ``<root>/mlflow.db``); a configuration already
-    FINISHED there is skipped unless ``"resume=false"`` (then the error is raised
-    as :class:`~teng_eq.errors.ConfigError`). ``cache_dir``: θ₀ and references (None:
-    the config's, by default ``~/.cache/teng-eq``). ``on_step``: called with every
-    step's :class:`~teng_eq.results.StepRecord`. ``config_dir``: a user's config
-    folder (as ``--config-dir``); ``conf``: the primary config folder (None: ``<root>/conf``).
-
-    A bad equation, override or value raises a one-line :class:`~teng_eq.errors.ConfigError`
-    before any compute; a run that fails raises :class:`~teng_eq.errors.RunFailed`.
+    ``equation``: a config name of the ``equation`` group (of ``conf/equation/`` or of
+    ``config_dir``), or an :class:`~teng_eq.equations.Equation` instance, whose class and
+    fields become the ``equation`` group (its class importable as ``module:Class``, a
+    user's file in the current folder included). ``mlflow``: log the run as
+    ``pipeline/sweep.py``'s job does, in ``tracking_uri`` (None: the config's); a
+    configuration already FINISHED there is skipped unless ``"resume=false"`` (else a
+    :class:`~teng_eq.errors.ConfigError`). ``cache_dir``: θ₀ and references (None: the
+    config's). ``on_step``: called with every step's :class:`~teng_eq.results.StepRecord`;
+    ``callbacks``: each called as ``cb(record, state)`` (:data:`teng_eq.driver.Callback`), a
+    true value stopping the run there. ``config_dir``: a user's config folder (as
+    ``--config-dir``); ``conf``: the primary config folder (None: ``<root>/conf``). A bad
+    equation, override or value raises a one-line :class:`~teng_eq.errors.ConfigError`
+    before any compute; a run that fails, :class:`~teng_eq.errors.RunFailed`.
     """
     conf_dir = Path(conf) if conf is not None else ROOT / "conf"
     if not (conf_dir / "config.yaml").is_file():
@@ -94,11 +93,12 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
     job = validate_job(cfg, root=ROOT, overrides=overrides)
     enable_compilation_cache(job.options.cache_dir)
     if not mlflow:
-        return run_simulation(job.run, on_step=on_step, cache_dir=job.options.cache_dir,
+        return run_simulation(job.run, on_step=on_step, callbacks=callbacks, cache_dir=job.options.cache_dir,
                               divergence_factor=job.options.divergence_factor)
     with tempfile.TemporaryDirectory(prefix="teng-eq-api-") as output_dir:
         context = JobContext(root=ROOT, overrides=tuple(overrides), job_num=None, output_dir=Path(output_dir))
-        _, result = tracked_job(cfg, job, context, time.perf_counter(), on_step=on_step)
+        _, result = tracked_job(cfg, job, context, time.perf_counter(),
+                                callbacks=[*callbacks, *([reporting(on_step)] if on_step is not None else [])])
     if result is None:
         raise ConfigError("invalid config: this configuration's run is FINISHED in the store already "
                           "(skipped); pass 'resume=false' to run it again")

@@ -2,9 +2,9 @@
 
 A checkpoint after step n holds the method's state (whatever ``Method.init``
 returned — TENG's θ, a baseline's optimiser state — as ``eqx.tree_serialise_leaves``
-bytes), n, and the driver's :class:`History` of steps 1..n. The random keys need no
-saving: step n draws ``fold_in(key_run, n)`` from the seed. Networks are saved here
-too (:func:`save_network`).
+bytes), n, the run loop's rows (:class:`~teng_eq.results.Row`) as named arrays
+(:func:`rows_to_arrays`) and its counters. The random keys need no saving: step n draws
+``fold_in(key_run, n)`` from the seed. Networks are saved here too (:func:`save_network`).
 
 One self-checking file (:func:`teng_eq.cache.store_arrays`: npz, digest, temporary
 file and rename): a kill while writing leaves the previous checkpoint whole, a
@@ -21,7 +21,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import equinox as eqx
@@ -30,7 +30,7 @@ from jaxtyping import PyTree
 
 from teng_eq.cache import cache_dir, load_arrays, store_arrays
 from teng_eq.errors import WriteFailed
-from teng_eq.results import StepRecord
+from teng_eq.results import Row
 
 _log = logging.getLogger(__name__)
 
@@ -57,94 +57,57 @@ def save_network(path: Path, network: eqx.Module) -> Path:
     return Path(path)
 
 
-@dataclasses.dataclass
-class History:
-    """What the driver keeps of a run's steps 1..n, as a checkpoint holds it
-    (:class:`teng_eq.driver.RunState`). A run whose steps the controller chooses does
-    not know their number: :meth:`reserve` grows the arrays."""
+#: Arrays of a checkpoint with one entry per time index 0..n (a sequential run's rows).
+_PER_TIME = ("times", "err_sq", "ref_sq", "u_sq", "est", "boundary")
 
-    err_sq: np.ndarray  # (n_times,) squared error norm at each time (sequential methods)
-    ref_sq: np.ndarray  # (n_times,) squared reference norm
-    boundary: np.ndarray  # (n_times,) max |û| on a Dirichlet boundary; NaN without one
-    wall: np.ndarray  # (steps,) cumulative stepping time
-    metrics: dict[str, np.ndarray]  # the method's per-step metrics, each (steps,)
-    tables: list[np.ndarray]  # one (rows, 4) loss table per step done
-    snapshot_states: dict[int, np.ndarray]  # time index -> state bytes (sequential methods)
-    times: np.ndarray  # (n_times,) physical time of each time index
-    u_sq: np.ndarray  # (n_times,) squared norm of û on the error estimate's points
-    est: np.ndarray  # (n_times,) a-posteriori error estimate E_n (teng_eq.estimate); NaN without one
-    est_vector: np.ndarray  # the estimate's error vector on its points, as of the last step (teng_eq.estimate)
 
-    @classmethod
-    def empty(cls, steps: int, n_times: int) -> History:
-        return cls(np.zeros(n_times), np.zeros(n_times), np.full(n_times, np.nan), np.zeros(steps), {}, [], {},
-                   np.zeros(n_times), np.zeros(n_times), np.full(n_times, np.nan), np.zeros(0))
+def rows_to_arrays(rows: Sequence[Row], est_vector: np.ndarray) -> dict[str, np.ndarray]:
+    """A run's rows as a checkpoint's named arrays: per time index (``times``, ``err_sq``,
+    ``ref_sq``, ``u_sq``, ``est``, ``boundary``: a sequential run's), per step
+    (``wall``, ``scalar.<metric>``, the loss tables as ``losses`` split by ``loss_rows``),
+    the snapshot states (``snapshot.<n>``), and the estimate's error vector."""
+    timed = [r for r in rows if r.t is not None]
+    steps = [r for r in rows if r.n > 0]
+    names = list(dict.fromkeys(k for r in steps for k in r.metrics))
+    out = {key: np.array([getattr(r, "t" if key == "times" else key) for r in timed], np.float64)
+           for key in _PER_TIME}
+    out |= {"wall": np.array([r.wall for r in steps], np.float64), "est_vector": np.asarray(est_vector),
+            "loss_rows": np.array([len(r.table) for r in steps], np.int64),
+            "losses": np.concatenate([r.table for r in steps]) if steps else np.zeros((0, 4))}
+    out |= {f"scalar.{k}": np.array([r.metrics.get(k, np.nan) for r in steps], np.float64) for k in names}
+    return out | {f"snapshot.{r.n}": r.state for r in rows if r.state is not None}
 
-    def reserve(self, steps: int) -> None:
-        """Room for ``steps`` steps (and ``steps + 1`` times), at least doubling."""
-        if len(self.wall) >= steps:
-            return
-        steps = max(steps, 2 * len(self.wall))
 
-        def grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
-            return np.concatenate([a, np.full(n - len(a), fill)])
-
-        self.err_sq, self.ref_sq, self.times, self.u_sq = (
-            grow(a, steps + 1, 0.0) for a in (self.err_sq, self.ref_sq, self.times, self.u_sq))
-        self.boundary, self.est = grow(self.boundary, steps + 1, np.nan), grow(self.est, steps + 1, np.nan)
-        self.wall = grow(self.wall, steps, 0.0)
-        self.metrics = {k: grow(v, steps, np.nan) for k, v in self.metrics.items()}
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The history as named arrays (a checkpoint's ``history``)."""
-        rows = np.array([len(t) for t in self.tables], dtype=np.int64)
-        out = {"err_sq": self.err_sq, "ref_sq": self.ref_sq, "boundary": self.boundary, "wall": self.wall,
-               "times": self.times, "u_sq": self.u_sq, "est": self.est, "est_vector": self.est_vector,
-               "loss_rows": rows,
-               "losses": np.concatenate(self.tables) if self.tables else np.zeros((0, 4))}
-        out.update({f"scalar.{k}": v for k, v in self.metrics.items()})
-        out.update({f"snapshot.{n}": b for n, b in self.snapshot_states.items()})
-        return out
-
-    @classmethod
-    def from_arrays(cls, a: Mapping[str, np.ndarray]) -> History:
-        splits = np.cumsum(a["loss_rows"])[:-1]
-        return cls(
-            err_sq=a["err_sq"].copy(), ref_sq=a["ref_sq"].copy(), boundary=a["boundary"].copy(),
-            wall=a["wall"].copy(),
-            metrics={k.removeprefix("scalar."): v.copy() for k, v in a.items() if k.startswith("scalar.")},
-            tables=list(np.split(a["losses"], splits)) if len(a["loss_rows"]) else [],
-            snapshot_states={int(k.removeprefix("snapshot.")): v for k, v in a.items()
-                             if k.startswith("snapshot.")},
-            times=a["times"].copy(), u_sq=a["u_sq"].copy(), est=a["est"].copy(),
-            est_vector=a["est_vector"].copy(),
-        )
-
-    def record(self, n: int, of: int | None, t: float | None) -> StepRecord:
-        """Step ``n`` of ``of`` (None: not known yet) as first reported (replayed after a
-        resume); ``t`` None: a block of a global-in-time method (no error measured yet)."""
-        metrics = {k: float(v[n - 1]) for k, v in self.metrics.items()} if n > 0 else {}
-        if t is not None and np.isfinite(self.err_sq[n]):  # NaN: no reference
-            metrics["rel_l2"] = float(np.sqrt(self.err_sq[n] / self.ref_sq[n]))
-            if np.isfinite(self.boundary[n]):
-                metrics["boundary_max_abs"] = float(self.boundary[n])
-            if np.isfinite(self.est[n]):
-                metrics["est_rel_l2"] = float(self.est[n] / np.sqrt(self.u_sq[n]))
-        if n > 0:
-            metrics["wall_time_s"] = float(self.wall[n - 1])
-        table = self.tables[n - 1] if n else np.zeros((0, 4))
-        return StepRecord.from_table(table, metrics, step=n, of=of, t=t)
+def rows_from_arrays(a: Mapping[str, np.ndarray], n: int, sequential: bool) -> list[Row]:
+    """The rows :func:`rows_to_arrays` wrote of a run after step ``n`` (the start and
+    steps 1..n, or blocks 1..n); arrays longer than the run (a checkpoint whose arrays
+    were sized for the whole run) are read up to it. Snapshots are made again by the
+    caller from ``state``."""
+    tables = np.split(a["losses"], np.cumsum(a["loss_rows"][:n])[:-1]) if n else []
+    scalars = {k.removeprefix("scalar."): v for k, v in a.items() if k.startswith("scalar.")}
+    rows = []
+    for i in range(0 if sequential else 1, n + 1):
+        step = {"metrics": {k: float(v[i - 1]) for k, v in scalars.items()}, "table": tables[i - 1],
+                "wall": float(a["wall"][i - 1])} if i > 0 else {}
+        timed = {key: float(a[key][i]) for key in _PER_TIME if key != "times"} if sequential else {}
+        rows.append(Row(i, float(a["times"][i]) if sequential else None, **step, **timed,
+                        state=a.get(f"snapshot.{i}")))
+    return rows
 
 
 @dataclasses.dataclass
 class Checkpoint:
-    """A run after ``step`` steps: the method's ``state``, the driver's ``history`` (as
-    named arrays: :meth:`History.arrays`) and ``info`` numbers."""
+    """A run after ``step`` steps: the method's ``state``, the loop's rows as named arrays
+    (``history``: :func:`rows_to_arrays`) and ``info`` numbers."""
 
     step: int
     state: PyTree
     history: dict[str, np.ndarray]
     info: dict[str, float]
+
+    def rows(self, sequential: bool) -> list[Row]:
+        """The rows of the run (:func:`rows_from_arrays`)."""
+        return rows_from_arrays(self.history, self.step, sequential)
 
 
 class CheckpointStore:
@@ -165,12 +128,13 @@ class CheckpointStore:
         path = cache_dir(directory) / "checkpoints" / config_hash / f"{run_id}.npz"
         return cls(path, {"config_hash": config_hash, "run_id": run_id})
 
-    def save(self, step: int, state: PyTree, history: Mapping[str, np.ndarray],
+    def save(self, step: int, state: PyTree, rows: Sequence[Row], est_vector: np.ndarray,
              info: Mapping[str, float]) -> None:
-        """Replace the checkpoint by the one after ``step``; a file that cannot be
-        written raises :class:`~teng_eq.errors.WriteFailed` and leaves the previous one."""
+        """Replace the checkpoint by the one after ``step`` (its ``rows`` and the estimate's
+        vector: :func:`rows_to_arrays`); a file that cannot be written raises
+        :class:`~teng_eq.errors.WriteFailed` and leaves the previous one."""
         start = time.perf_counter()
-        arrays = {f"record.{k}": np.asarray(v) for k, v in history.items()}
+        arrays = {f"record.{k}": np.asarray(v) for k, v in rows_to_arrays(rows, est_vector).items()}
         arrays["state"] = state_bytes(state)
         arrays["info"] = np.array(json.dumps({"step": int(step), **{k: float(v) for k, v in info.items()}}))
         try:

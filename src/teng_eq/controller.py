@@ -8,7 +8,8 @@ k = ``error_order`` in h) and ``‖û‖`` (``u_l2``). With the scaled error
     r = err_est / (atol + rtol ‖û‖),
 
 the step is accepted when r ≤ 1, else redone from the same θ with a smaller h (nothing
-of a rejected try is logged as a step). The next h (Gustafsson's PI controller, in the
+of a rejected try is logged as a step): :meth:`Controller.decide`, which the run loop
+applies (:func:`teng_eq.driver.advance`). The next h (Gustafsson's PI controller, in the
 form and with the gains of Hairer & Wanner, *Solving ODEs II*, §IV.2):
 
     accepted:  h_new = h · clip(safety · r_n^(−0.7/k) · r_{n−1}^(0.4/k), factor_min, factor_max)
@@ -34,7 +35,7 @@ from typing import ClassVar
 from teng_eq.errors import bad
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ControllerState:
     """What the controller carries from step to step (checkpointed as floats): the
     next step size it proposes (before any landing clip), the previous accepted
@@ -105,6 +106,15 @@ class Controller:
         if 2 * h > left:
             h = left / 2
         return h, t + h
+
+    def decide(self, state: ControllerState, h: float, error: float, norm: float,
+               order: int) -> tuple[bool, ControllerState, float]:
+        """A try of size ``h`` with estimate ``error`` (of ``order``), ``‖û‖ = norm``, judged:
+        ``(keep, the state after it, r)``, kept (:meth:`accept`) when r ≤ 1, else rejected."""
+        r = self.ratio(error, norm)
+        if r <= 1.0:
+            return True, self.accept(state, h, r, order, clipped=h < state.dt), r
+        return False, self.reject(state, h, r, order), r
 
     def ratio(self, error: float, norm: float) -> float:
         """The scaled error ``r``; a non-finite estimate counts as too large."""

@@ -1,9 +1,11 @@
-"""The parts of a run's loop (:func:`teng_eq.simulation.run_simulation` puts them
-together): :class:`Compiled`, the run's functions compiled once; :class:`RunState`,
-everything that changes while the run steps, which is what a checkpoint keeps;
-:func:`accepted_steps`, the one generator of accepted steps at a fixed Δt and under
-``dt: auto`` alike; :class:`ErrorMeter`, û against the reference at a step's time;
-:class:`Recorder`, the checkpoints.
+"""The run loop, top to bottom: a run is one immutable :class:`RunState`; :func:`advance`
+takes it one accepted step further, the one place where a step is tried, kept or tried
+again, measured and judged diverged; :func:`run` calls it until the schedule is done and
+is the one place with side effects, its ``callbacks`` (MLflow, the progress bar, the
+user's ``on_step``, interrupts, checkpoints) seeing each step's record and the state
+after it. The schedule proposes a step's size and judges each try (:class:`FixedSteps`
+keeps every one; :class:`Adaptive`, ``dt: auto``, redoes a rejected one from the same
+state with the same key and a smaller Δt).
 """
 
 from __future__ import annotations
@@ -11,86 +13,75 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree
 
-from teng_eq.checkpoint import Checkpoint, CheckpointStore, History, state_bytes, state_from_bytes
+from teng_eq.checkpoint import Checkpoint, CheckpointStore, state_bytes, state_from_bytes
 from teng_eq.config import RunConfig
-from teng_eq.controller import ControllerState
+from teng_eq.controller import Controller, ControllerState
 from teng_eq.errors import Diverged, WriteFailed
 from teng_eq.estimate import CompiledEstimate, ErrorEstimate
-from teng_eq.methods.base import Method
+from teng_eq.methods.base import Method, StepInputs
 from teng_eq.metrics import squared_norms
-from teng_eq.results import StepRecord
+from teng_eq.results import Row, StepRecord
+
+#: A callback: a step's record as reported and the state after it; a true value stops the run there.
+Callback = Callable[[StepRecord, "RunState"], "bool | None"]
 
 
-def lower_step(method: Method, state, key, *, takes_dt: bool, expects: bool,
-               takes_t: bool = False) -> jax.stages.Lowered:
-    """``method.step`` traced for compilation: ``(state, key[, dt][, expected][, t])``.
-
-    A closure, not the bound method: the method's arrays (grid, index tables) become
-    constants of the one compiled step. Δt is an argument wherever the step takes one
-    (``takes_dt``: a method that can run under the controller), at a fixed Δt too: runs
-    that differ only in Δt (a Δt sweep) then lower to the same program, which jax's
-    persistent compilation cache (:func:`teng_eq.cache.compilation_folder`) compiles once
-    for all of them. The step's start ``t`` is an argument only for an equation that
-    depends on t (``takes_t``): an autonomous one's step is the program it always was."""
-    if takes_t:
-        extra = ("dt",) * takes_dt + ("expected",) * expects + ("t",)
-        return jax.jit(lambda s, k, *a: method.step(s, k, **dict(zip(extra, a)))).lower(
-            state, key, *(0.0,) * len(extra))
-    if expects:
-        return jax.jit(lambda s, k, dt, e: method.step(s, k, dt, e)).lower(state, key, 0.0, 0.0)
-    if takes_dt:
-        return jax.jit(lambda s, k, dt: method.step(s, k, dt)).lower(state, key, 0.0)
-    return jax.jit(lambda s, k: method.step(s, k)).lower(state, key)
-
-
-@dataclasses.dataclass
-class Compiled:
+@dataclasses.dataclass(frozen=True)
+class Program:
     """A run's functions, compiled once from the method's initial state: the step
-    (:func:`lower_step`), û on the evaluation points and on a Dirichlet boundary
-    (``boundary``: None without one), and the error estimate (None with ``estimate:
-    none``); ``seconds``: the time it took (``compile_s``)."""
+    (:func:`lower_step`), û on the evaluation points and on a Dirichlet boundary (None
+    without one), the error estimate (None with ``estimate: none``); ``seconds``: the
+    time it took (``compile_s``)."""
 
     step: Callable
     evaluate: Callable
     boundary: Callable | None
     estimate: CompiledEstimate | None
-    takes_dt: bool  # the step takes Δt as an argument (any method with an embedded estimate)
-    expects: bool  # ... and the step's expected local error (TENG's local_error stopping)
-    takes_t: bool  # ... and its start t (an equation that depends on t)
+    inputs: StepInputs  # what the step takes: Δt, the expected error, t (zeros; None: not taken)
     seconds: float
 
     @classmethod
-    def build(cls, method: Method, cfg: RunConfig, key: PRNGKeyArray, points) -> Compiled:
-        """From the method's initial state; ``points``: the evaluation points."""
+    def build(cls, method: Method, cfg: RunConfig, key: PRNGKeyArray, points) -> Program:
         start, state = time.perf_counter(), method.init()
-        expects, takes_dt = method.expects_error, cfg.adaptive or method.error_order(cfg.method.options) > 0
-        takes_t = method.sequential and not cfg.equation.autonomous
-        step = lower_step(method, state, key, takes_dt=takes_dt, expects=expects, takes_t=takes_t).compile()
-        evaluate = jax.jit(lambda s, t: method.values(s, points, t)).lower(state, 0.0).compile()
-        boundary = cfg.equation.boundary_points(cfg.eval_grid)
-        on_boundary = None if boundary is None else (
-            jax.jit(lambda s, t: method.values(s, boundary, t)).lower(state, 0.0).compile())
+        step, inputs = lower_step(method, cfg, key).compile(), step_inputs(method, cfg)
+        at = lambda where: jax.jit(lambda s, t: method.values(s, where, t)).lower(state, 0.0).compile()
+        evaluate, boundary = at(points), cfg.equation.boundary_points(cfg.eval_grid)
+        on_boundary = None if boundary is None else at(boundary)
         defect = None if cfg.estimate == "none" else method.defect(cfg.estimate.startswith("hermite"))
         estimate = None if defect is None else CompiledEstimate(defect, cfg.estimate, method.parameters, state)
-        return cls(step, evaluate, on_boundary, estimate, takes_dt, expects, takes_t, time.perf_counter() - start)
+        return cls(step, evaluate, on_boundary, estimate, inputs, time.perf_counter() - start)
 
-    def attempt(self, state, key, dt: float | None, expected: float, t: float) -> tuple[PyTree, StepRecord, float]:
-        """One try of a step from ``state`` at time t: the new state, its record (on the
-        host) and the seconds it took, waited for."""
-        args = (state, key) + (dt,) * self.takes_dt + (expected,) * self.expects + (t,) * self.takes_t
+    def attempt(self, state, key, inputs: StepInputs) -> tuple[PyTree, StepRecord, float]:
+        """One try from ``state``: the new state, its record (on the host), its seconds."""
         start = time.perf_counter()
-        new, record = self.step(*args)
+        new, record = self.step(state, key, inputs)
         jax.block_until_ready(new)
         return new, jax.device_get(record), time.perf_counter() - start
 
 
-@dataclasses.dataclass
+def step_inputs(method: Method, cfg: RunConfig) -> StepInputs:
+    """What the method's compiled step takes, as zeros (None: not an argument): Δt wherever
+    the method can run under the controller (at a fixed Δt too: a Δt sweep's runs lower to
+    one program, compiled once for all by jax's persistent cache), the expected local
+    error where it reads one, its start t where the equation depends on t."""
+    takes_dt = cfg.adaptive or method.error_order(cfg.method.options) > 0
+    return StepInputs(dt=0.0 if takes_dt else None, expected=0.0 if method.expects_error else None,
+                      t=0.0 if method.sequential and not cfg.equation.autonomous else None)
+
+
+def lower_step(method: Method, cfg: RunConfig, key: PRNGKeyArray) -> jax.stages.Lowered:
+    """``method.step(state, key, inputs)`` traced from its initial state, one signature for
+    every method. A closure: the method's arrays (grid, index tables) become constants."""
+    return jax.jit(lambda s, k, i: method.step(s, k, i)).lower(method.init(), key, step_inputs(method, cfg))
+
+
+@dataclasses.dataclass(frozen=True)
 class Clock:
     """Seconds a run spent, by part: the compiled steps (``runtime_s``), the error
     evaluation (``eval_s``), the error estimate (``estimate_s``)."""
@@ -99,186 +90,287 @@ class Clock:
     eval_s: float = 0.0
     estimate_s: float = 0.0
 
+    def add(self, **seconds: float) -> Clock:
+        return dataclasses.replace(self, **{k: getattr(self, k) + v for k, v in seconds.items()})
 
-@dataclasses.dataclass
+
+@dataclasses.dataclass(frozen=True)
 class RunState:
-    """Everything of a run that changes while it steps, i.e. what a checkpoint holds:
-    the method's ``state`` after ``n`` accepted steps, the :class:`History` of steps
-    1..n, the :class:`Clock`, the stage iterations of every try (rejected ones too),
+    """A run after ``n`` accepted steps, all a checkpoint keeps: the ``method``'s state, the
+    time ``t`` it reached (0 for a global-in-time method), its ``rows`` (the start and
+    steps 1..n, or blocks 1..n), the :class:`Clock`, the stage ``iterations`` of every try,
     the controller's state (``dt: auto``) and the error estimate's (None without them)."""
 
-    state: PyTree
+    method: PyTree
     n: int
-    history: History
-    clock: Clock
+    t: float
+    rows: tuple[Row, ...]
+    clock: Clock = Clock()
     iterations: float = 0.0
     controller: ControllerState | None = None
     estimate: ErrorEstimate | None = None
 
-    @property
-    def t(self) -> float:
-        return float(self.history.times[self.n])
-
     def info(self) -> dict[str, float]:
-        """The numbers a checkpoint keeps beside the state and the history."""
+        """The numbers a checkpoint keeps beside the method's state and the rows."""
         out = {**dataclasses.asdict(self.clock), "iterations_total": self.iterations,
                "est_error": self.estimate.error if self.estimate is not None else np.nan}
         return out | (self.controller.as_info() if self.controller is not None else {})
 
-    @classmethod
-    def resumed(cls, saved: Checkpoint, compiled: Compiled, adaptive: bool) -> RunState:
-        """The run as ``saved`` left it."""
-        history, info = History.from_arrays(saved.history), saved.info
-        estimate = None if compiled.estimate is None else ErrorEstimate(
-            compiled.estimate.kind, compiled.estimate.weights, history.est_vector, info["est_error"])
-        return cls(saved.state, saved.step, history, Clock(**{k: info[k] for k in ("stepping", "eval_s", "estimate_s")}),
-                   info["iterations_total"], ControllerState.from_info(info) if adaptive else None, estimate)
+
+@dataclasses.dataclass(frozen=True)
+class FixedSteps:
+    """``n_steps`` steps of ``dt`` (or blocks), step n ending at ``n·dt``; every try kept."""
+
+    dt: float
+    n_steps: int
+    logs_time = False  # t and Δt are known in advance: not logged per step
+
+    def done(self, state: RunState) -> bool:
+        return state.n >= self.n_steps
+
+    def propose(self, state: RunState, controller) -> tuple[float, float]:
+        return self.dt, (state.n + 1) * self.dt
+
+    def judge(self, controller, h: float, metrics) -> tuple[bool, None, None]:
+        return True, None, None
 
 
 @dataclasses.dataclass(frozen=True)
-class Step:
-    """An accepted step n: the state it reached with its ``record`` and the seconds of its
-    tries; under ``dt: auto``, the time ``t`` it reached and its Δt (else None)."""
+class Adaptive:
+    """``dt: auto``: the ``controller`` proposes each step's size, landing on ``stops``, and
+    judges each try by its embedded estimate of ``order``: ``(keep, its state after it, why
+    the run cannot go on or None)``."""
 
-    n: int
-    state: PyTree
-    record: StepRecord
-    seconds: float
-    t: float | None
-    dt: float | None
+    controller: Controller
+    stops: Sequence[float]
+    order: int
+    logs_time = True
 
+    def done(self, state: RunState) -> bool:
+        return state.t >= self.stops[-1]
 
-def accepted_steps(run: RunState, compiled: Compiled, cfg: RunConfig, key_run: PRNGKeyArray, *,
-                   n_steps: int | None, order: int, stops: list[float]) -> Iterator[Step]:
-    """The run's accepted steps after ``run.n``, each tried from ``run.state`` (which the
-    consumer advances before it asks for the next). Step n draws ``fold_in(key_run, n)``,
-    every try of it and after a resume alike. At a fixed Δt there are ``n_steps`` (the
-    method's: time steps, or a global-in-time method's blocks) and every try is
-    accepted; under ``dt: auto`` (``n_steps`` None) a try whose embedded estimate (of
-    order ``order``) exceeds the controller's tolerance is redone from the same state with
-    a smaller Δt, the steps landing on ``stops`` up to ``t_final``, and a controller that
-    needs a step below ``dt_min`` raises :class:`~teng_eq.errors.Diverged`."""
-    control = cfg.controller
+    def propose(self, state: RunState, controller: ControllerState) -> tuple[float, float]:
+        return self.controller.plan(state.t, controller.dt, self.stops)
 
-    def attempt(key, h):  # one try; its stage iterations counted
-        expected = _expected(run, order, h) if compiled.expects else 0.0
-        new, record, seconds = compiled.attempt(run.state, key, h, expected, run.t if compiled.takes_t else 0.0)
-        run.iterations += float(record.metrics.get("iterations", 0.0))
-        return new, record, seconds
-
-    while (run.n < n_steps) if n_steps is not None else (run.t < cfg.t_final):
-        n = run.n + 1
-        key = jax.random.fold_in(key_run, n)
-        if n_steps is not None:
-            yield Step(n, *attempt(key, cfg.dt), None, None)
-            continue
-        seconds = 0.0
-        while True:  # tries of step n, each from the same state
-            h, t_new = control.plan(run.t, run.controller.dt, stops)
-            new, record, elapsed = attempt(key, h)
-            seconds += elapsed
-            r = control.ratio(float(record.metrics["local_error"]), float(record.metrics["u_l2"]))
-            if r <= 1.0:
-                run.controller = control.accept(run.controller, h, r, order, clipped=h < run.controller.dt)
-                break
-            run.controller = control.reject(run.controller, h, r, order)
-            if control.too_small(run.controller):
-                run.clock.stepping += seconds
-                raise Diverged(f"{cfg.method.name}: at t={run.t:.6g} the step-size controller needs a step below "
-                               f"controller.dt_min={control.dt_min:g} (its estimate: {r:.3g} times the tolerance "
-                               f"at Δt={h:.3g})", n, n - 1)
-        yield Step(n, new, record, seconds, t_new, h)
+    def judge(self, controller: ControllerState, h: float, metrics) -> tuple[bool, ControllerState, str | None]:
+        keep, after, r = self.controller.decide(controller, h, float(metrics["local_error"]),
+                                                float(metrics["u_l2"]), self.order)
+        return keep, after, None if keep or not self.controller.too_small(after) else (
+            f"the step-size controller needs a step below controller.dt_min={self.controller.dt_min:g} "
+            f"(its estimate: {r:.3g} times the tolerance at Δt={h:.3g})")
 
 
-def _expected(run: RunState, order: int, h: float) -> float:
-    """The local error step ``run.n + 1`` of size h may expect: the last step's embedded
-    estimate, scaled by (h / its Δt)^order (0 before the first step: the stages run to
-    their caps)."""
-    if run.n < 1:
-        return 0.0
-    times = run.history.times
-    h_last = float(times[run.n] - times[run.n - 1])
-    return float(run.history.metrics["local_error"][run.n - 1]) * (h / h_last) ** order
+@dataclasses.dataclass(frozen=True)
+class Meter:
+    """û against the ``reference`` (None: ‖û‖² alone) on the evaluation points, the fields
+    kept at the snapshot ``steps`` (fixed Δt) or ``times`` (``dt: auto``)."""
 
+    cfg: RunConfig
+    program: Program
+    reference: object
+    weights: object
+    steps: frozenset = frozenset()
+    times: frozenset = frozenset()
 
-class ErrorMeter:
-    """û against the reference at a time index, on the evaluation points: the squared
-    norms into the history (and max |û| on a Dirichlet boundary), and, at the wanted
-    steps (fixed Δt) or times (``dt: auto``), both fields for the density plots
-    (``snapshots``) and, with ``keep_states``, the state that gives û again after a resume.
-    Without a reference (None) it measures ‖û‖² alone (the scale divergence is judged
-    by) and the error is NaN in the history, absent from the steps' metrics."""
-
-    def __init__(self, cfg: RunConfig, compiled: Compiled, reference, weights, *, steps=(), times=(),
-                 keep_states=False):
-        self.cfg, self.compiled, self.reference, self.weights = cfg, compiled, reference, weights
-        self.steps, self.times, self.keep_states = set(steps), {float(t) for t in times}, keep_states
-        self.snapshots: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # time index -> (û, reference)
-
-    def restore(self, run: RunState) -> None:
-        """The snapshots of a resumed run, from the states its checkpoint kept."""
-        for n, data in run.history.snapshot_states.items():
-            u = self.compiled.evaluate(state_from_bytes(data, run.state), run.history.times[n])
-            self.snapshots[n] = (np.asarray(u), self.reference_at(n, run.history))
-
-    def reference_at(self, n: int, history: History) -> np.ndarray | None:
+    def reference_at(self, n: int, t: float) -> np.ndarray | None:
         if self.reference is None:
             return None
-        if self.cfg.adaptive:
-            return self.reference.values_at(float(history.times[n]), self.cfg.eval_grid)
-        return self.reference.values(n, self.cfg.eval_grid)
+        return self.reference.values_at(t, self.cfg.eval_grid) if self.cfg.adaptive else (
+            self.reference.values(n, self.cfg.eval_grid))
 
-    def __call__(self, n: int, state, run: RunState) -> float | None:
-        """Measure at time index n (``state`` is the method's there): ``rel_l2`` (None
-        without a reference)."""
-        start, history = time.perf_counter(), run.history
-        u = np.asarray(self.compiled.evaluate(state, history.times[n]))
-        ref = self.reference_at(n, history)
-        if (float(history.times[n]) in self.times) if self.cfg.adaptive else (n in self.steps):
-            self.snapshots[n] = (u, ref)
-            if self.keep_states:
-                history.snapshot_states[n] = state_bytes(state)
-        if ref is not None:
-            history.err_sq[n], history.ref_sq[n] = squared_norms(u, ref, self.weights)
-        else:
-            history.err_sq[n], history.ref_sq[n] = np.nan, squared_norms(u, u, self.weights)[1]
-        if self.compiled.boundary is not None:
-            history.boundary[n] = float(np.max(np.abs(np.asarray(self.compiled.boundary(state, history.times[n])))))
-        run.clock.eval_s += time.perf_counter() - start
-        return None if ref is None else float(np.sqrt(history.err_sq[n] / history.ref_sq[n]))
+    def measure(self, n: int, t: float, state, keep_state: bool) -> tuple[dict, float]:
+        """The row's fields at time index n (time t): the squared norms, max |û| on the
+        boundary, the snapshot (``keep_state``: the state's bytes too); the seconds."""
+        start = time.perf_counter()
+        u = np.asarray(self.program.evaluate(state, t))
+        ref = self.reference_at(n, t)
+        err_sq, ref_sq = squared_norms(u, ref, self.weights) if ref is not None else (
+            np.nan, squared_norms(u, u, self.weights)[1])
+        out = {"err_sq": float(err_sq), "ref_sq": float(ref_sq)}
+        if self.program.boundary is not None:
+            out["boundary"] = float(np.max(np.abs(np.asarray(self.program.boundary(state, t)))))
+        if (t in self.times) if self.cfg.adaptive else (n in self.steps):
+            out["snapshot"] = (u, ref)
+            out["state"] = state_bytes(state) if keep_state else None
+        return out, time.perf_counter() - start
 
 
-class Recorder:
-    """A run's checkpoints, into ``store`` (None: none): every ``every`` steps, at the
-    end, and — whatever else ends the run (a divergence, a stop a signal asked for, a
-    store that gave up, …) — its last good step, in :meth:`keeping` alone. A checkpoint
-    that could not be written ends the run and is not tried again: the one before it
-    stands."""
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """What stays fixed while a run steps: the ``program``, ``schedule`` and ``meter``, the
+    run's key (step n draws ``fold_in(key, n)``, every try of it and after a resume alike),
+    whether the method is ``sequential`` (else its steps are blocks of a global-in-time
+    optimisation), its estimate's ``order``, its steps (None under ``dt: auto``), whether
+    snapshot states are kept (with checkpoints), ``divergence_factor``, its ``name``."""
 
-    def __init__(self, store: CheckpointStore | None, every: int | None, last: int | None, saved: int):
-        self.store, self.every, self.last = store, every, last  # last: the run's last step, if known
-        self.saved = saved  # the step of the checkpoint on disk (-1: none)
+    program: Program
+    schedule: FixedSteps | Adaptive
+    meter: Meter
+    key: PRNGKeyArray
+    sequential: bool
+    order: int
+    n_steps: int | None
+    keep_states: bool
+    divergence_factor: float
+    name: str
 
-    def save(self, run: RunState) -> None:
-        if self.store is not None and self.saved != run.n:
-            if run.estimate is not None:
-                run.history.est_vector = run.estimate.vector
-            self.store.save(run.n, run.state, run.history.arrays(), run.info())
-            self.saved = run.n
 
-    def after_step(self, run: RunState) -> None:
-        """The periodic checkpoint (not at a fixed-Δt run's last step: the end's is next)."""
-        if self.every and run.n % self.every == 0 and run.n != self.last:
-            self.save(run)
+def start(loop: Loop, method_state, controller: ControllerState | None) -> RunState:
+    """A run at t = 0, its row 0 (a sequential method's): θ₀'s error, the estimate's start."""
+    if not loop.sequential:
+        return RunState(method_state, 0, 0.0, (), controller=controller)
+    fields, seconds = loop.meter.measure(0, 0.0, method_state, loop.keep_states)
+    estimate = None
+    if loop.program.estimate is not None:
+        estimate, fields["u_sq"] = loop.program.estimate.start(method_state)
+        fields["est"] = estimate.error
+    return RunState(method_state, 0, 0.0, (Row(0, 0.0, **fields),), Clock(eval_s=seconds),
+                    controller=controller, estimate=estimate)
 
-    @contextlib.contextmanager
-    def keeping(self, run: RunState) -> Iterator[None]:
-        """Save ``run``'s last good step when the block raises (a write that failed aside)."""
-        try:
-            yield
-        except WriteFailed:
-            raise
-        except BaseException:
+
+def advance(loop: Loop, state: RunState) -> RunState:
+    """Step n + 1 from ``state``: tried until the schedule keeps a try, measured, and
+    judged diverged — a non-finite metric or estimate, a ``step_loss`` above
+    ``divergence_factor`` times the median before it, a controller that needs a step below
+    ``dt_min``: :class:`~teng_eq.errors.Diverged`, the run still at step n — or accepted:
+    the state after it, its row appended."""
+    n, key = state.n + 1, jax.random.fold_in(loop.key, state.n + 1)
+    controller, iterations, seconds = state.controller, state.iterations, 0.0
+    while True:
+        h, t = loop.schedule.propose(state, controller)
+        # The local error the try may expect: the last step's, scaled by (h / its Δt)^order.
+        expected = 0.0 if loop.program.inputs.expected is None or state.n == 0 else (
+            state.rows[-1].metrics["local_error"] * (h / (state.t - state.rows[-2].t)) ** loop.order)
+        inputs = loop.program.inputs.given(h, expected, state.t)
+        new, record, elapsed = loop.program.attempt(state.method, key, inputs)
+        seconds, iterations = seconds + elapsed, iterations + float(record.metrics.get("iterations", 0.0))
+        keep, controller, stuck = loop.schedule.judge(controller, h, record.metrics)
+        if keep:
+            break
+        if stuck is not None:
+            raise Diverged(f"{loop.name}: at t={state.t:.6g} {stuck}", n, n - 1)
+    metrics = {k: float(v) for k, v in record.metrics.items()} | ({"t": t, "dt": h} if loop.schedule.logs_time else {})
+    fields, clock, local, checked = observe(loop, state, new, metrics, h, t)
+    losses = [r.metrics["step_loss"] for r in state.rows if r.n > 0 and "step_loss" in r.metrics]
+    why = divergence_reason(checked, losses or None, n, loop.divergence_factor, scale=fields.get("ref_sq", 0.0))
+    estimate = state.estimate
+    if why is None and local is not None:
+        estimate = estimate.advance(h, metrics, *local)
+        fields["est"] = estimate.error
+        if not np.isfinite(estimate.error / np.sqrt(fields["u_sq"])):
+            why = "non-finite est_rel_l2"
+    if why is not None:
+        where = f"step {n} (t={t:.6g})" if loop.sequential else f"block {n}"
+        raise Diverged(f"{loop.name} diverged at {where}: {why}", n, n - 1)
+    clock = clock.add(stepping=seconds)
+    row = Row(n, t if loop.sequential else None, metrics, record.table(), clock.stepping, **fields)
+    return RunState(new, n, t if loop.sequential else 0.0, (*state.rows, row), clock, iterations, controller,
+                    estimate)
+
+
+def observe(loop: Loop, state: RunState, new, metrics: dict, h: float, t: float):
+    """A kept try from ``state`` to ``new`` measured: its row's fields (a sequential
+    method's), the clock, the estimate's ``(defect, end fields)`` (None without one), whose
+    scalars join ``metrics``, and what divergence is judged on (the error and boundary too)."""
+    clock, local, fields = state.clock, None, {}
+    if loop.program.estimate is not None:
+        begin = time.perf_counter()
+        vectors, scalars, end = loop.program.estimate.local(state.estimate.fields, state.method, new, h, state.t)
+        fields["u_sq"] = scalars.pop("u_l2") ** 2
+        metrics.update(scalars)
+        local, clock = (vectors["defect"], end), clock.add(estimate_s=time.perf_counter() - begin)
+    checked = dict(metrics)
+    if loop.sequential:
+        measured, seconds = loop.meter.measure(state.n + 1, t, new, loop.keep_states)
+        fields, clock = fields | measured, clock.add(eval_s=seconds)
+        if loop.meter.reference is not None:
+            checked["rel_l2"] = float(np.sqrt(np.float64(fields["err_sq"]) / fields["ref_sq"]))
+    if "boundary" in fields:
+        checked["boundary_max_abs"] = fields["boundary"]
+    return fields, clock, local, checked
+
+
+def divergence_reason(metrics, losses: Sequence[float] | None, n: int, factor: float,
+                      scale: float = 0.0) -> str | None:
+    """Why step ``n`` with ``metrics`` counts as diverged (``losses``: the step losses
+    so far, by step), or None. The median they are compared with is floored at
+    ``ε·scale`` (``scale`` = ‖u_ref‖² at the step, ε the float64 machine epsilon):
+    losses at round-off level may jump by orders of magnitude without diverging."""
+    bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
+    if bad:
+        return f"non-finite {', '.join(bad)}"
+    loss = metrics.get("step_loss")
+    if loss is None or losses is None or n < 2:
+        return None
+    median = max(float(np.median(losses[: n - 1])), float(np.finfo(np.float64).eps) * scale)
+    if median > 0 and loss > factor * median:
+        return (f"step_loss {loss:.3e} is {loss / median:.3g} times the median of the steps before it "
+                f"(divergence_factor={factor:g})")
+    return None
+
+
+def run(loop: Loop, state: RunState, callbacks: Sequence[Callback] = (),
+        checkpoints: Checkpoints | None = None) -> RunState:
+    """``state`` stepped to the end of the schedule (or until a callback returns a true
+    value). The rows already in it (the start; on a resume, the steps done) are reported
+    first, then each accepted step, to every callback in turn. The last state is
+    checkpointed, and — whatever ends the run early (a divergence, an exception from a
+    callback: a stop a signal asked for) — the last good one."""
+    def report(row: Row, state: RunState) -> bool:
+        answers = [cb(row.record(loop.n_steps), state) for cb in callbacks]  # each runs, whatever another says
+        return any(answers)
+
+    try:
+        stopped = False
+        for row in state.rows:  # what a callback answers of the last one counts: the run is there
+            stopped = report(row, state)
+        while not (stopped or loop.schedule.done(state)):
+            state = advance(loop, state)
+            stopped = report(state.rows[-1], state)
+    except WriteFailed:
+        raise
+    except BaseException:
+        if checkpoints is not None:
             with contextlib.suppress(Exception):  # else the previous checkpoint stands
-                self.save(run)
-            raise
+                checkpoints.save(state)
+        raise
+    if checkpoints is not None:
+        checkpoints.save(state)
+    return state
+
+
+@dataclasses.dataclass
+class Checkpoints:
+    """A run's checkpoints into ``store``: a callback saving every ``every`` steps (not at a
+    fixed-Δt run's ``last``: the end's is next), and :meth:`save`, which :func:`run` calls
+    at the end and at the last good step of a run that ends early (``saved``: the step on
+    disk, -1: none). A checkpoint that could not be written ends the run."""
+
+    store: CheckpointStore
+    every: int | None
+    last: int | None
+    saved: int = -1
+
+    def save(self, state: RunState) -> None:
+        if self.saved != state.n:
+            vector = state.estimate.vector if state.estimate is not None else np.zeros(0)
+            self.store.save(state.n, state.method, state.rows, vector, state.info())
+            self.saved = state.n
+
+    def __call__(self, record: StepRecord, state: RunState) -> None:
+        if self.every and record.step == state.n > 0 and state.n % self.every == 0 and state.n != self.last:
+            self.save(state)
+
+
+def resume(saved: Checkpoint, loop: Loop, adaptive: bool) -> RunState:
+    """The run as the checkpoint ``saved`` left it, its snapshots made again."""
+    rows, info = saved.rows(loop.sequential), saved.info
+    rows = [r if r.state is None else dataclasses.replace(r, snapshot=(
+        np.asarray(loop.program.evaluate(state_from_bytes(r.state, saved.state), r.t)),
+        loop.meter.reference_at(r.n, r.t))) for r in rows]
+    estimate = loop.program.estimate
+    errors = None if estimate is None else ErrorEstimate(
+        estimate.kind, estimate.weights, saved.history["est_vector"], info["est_error"])
+    clock = Clock(**{k: info[k] for k in ("stepping", "eval_s", "estimate_s")})
+    return RunState(saved.state, saved.step, rows[-1].t if loop.sequential else 0.0, tuple(rows), clock,
+                    info["iterations_total"], ControllerState.from_info(info) if adaptive else None, errors)

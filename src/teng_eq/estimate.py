@@ -13,7 +13,7 @@ so that, wherever the equation's L is one-sided Lipschitz in L² with constant �
 
     ‖e(t_{n+1})‖ ≤ e^{μ Δt} ‖e(t_n)‖ + ∫_{t_n}^{t_{n+1}} ‖δ(s)‖ ds.
 
-The run computes, per accepted step, the local term of three kinds (:data:`KINDS`):
+The run computes, per accepted step, the local term of one of four kinds (:data:`KINDS`):
 
 * ``hermite`` (default): ‖∫δ‖ with the time integral by Simpson's rule,
   ``∫δ = (û₁ − û₀) − Δt/6 (f₀ + 4 L[p(½)] + f₁)``, ``p(½) = (û₀ + û₁)/2 + Δt (f₀ − f₁)/8``.
@@ -27,6 +27,8 @@ The run computes, per accepted step, the local term of three kinds (:data:`KINDS
   (no fourth derivatives). For Heun on a linear problem it is 3/2 of the local error to
   leading order; on a nonlinear one its leading term differs (Δt³ f′f′f/4 against
   Heun's Δt³ (f″(f,f)/12 − f′f′f/6)).
+* ``hermite_triangle``: the ``hermite`` term's norm, the norms added (the triangle
+  inequality: never below the vector sum, and blind to cancellations between steps);
 * ``embedded``: the integrator's embedded estimate (``local_error`` of
   :class:`~teng_eq.integrators.TENGStep`, e.g. Heun − Euler, which measures the *Euler*
   step's error, orders of magnitude above Heun's own) plus the step's projection error
@@ -59,6 +61,20 @@ from teng_eq.model import ParamSpace
 
 #: The kinds of estimate (module docstring); ``none`` computes none.
 KINDS = ("hermite", "hermite_triangle", "trapezoid", "embedded", "none")
+
+
+class Fields(eqx.Module):
+    """What the estimate needs of û_θ at its points at one time (:meth:`Defect.fields`):
+    u, ∇u (first axis the dimension), f = L[û_θ]; Δu, ∇f and Δf where the Hermite term
+    of the short form reads them (else None); μ where it is measured (else None)."""
+
+    u: Float[Array, " n"]
+    grad: Float[Array, "dim n"]
+    lap: Float[Array, " n"] | None
+    f: Float[Array, " n"]
+    grad_f: Float[Array, "dim n"] | None
+    lap_f: Float[Array, " n"] | None
+    mu: Float[Array, ""] | None
 
 
 class Defect(eqx.Module):
@@ -112,45 +128,41 @@ class Defect(eqx.Module):
     def _u(self, theta) -> Callable:
         return lambda p: self.space.apply(theta, p)
 
-    def fields(self, theta, t=0.0):
-        """``(u, ∇u, Δu, f, ∇f, Δf, μ)`` of û_θ on the points at time t, with f = L[û_θ]:
-        ∇f, Δf with ``hermite`` of the short form (else None), Δu of the short form,
-        μ where it is measured (else None)."""
+    def fields(self, theta, t=0.0) -> Fields:
+        """The :class:`Fields` of û_θ on the points at time t."""
         u_fn = self._u(theta)
         mu = None if self.modes is None else measured_growth_rate(
             self.equation, u_fn, self.points, self.weights, t, self.modes)
         if not self.short:
             field = Field(u_fn, self.points)
-            f = self.equation.operator(field, t)
-            return field.value, field.grad, None, f, None, None, mu
+            return Fields(field.value, field.grad, None, self.equation.operator(field, t), None, None, mu)
         u, grad, lap = derivatives(u_fn, self.points)
         f = self.equation.rhs(u, grad, lap)
         if not self.hermite:
-            return u, grad, lap, f, None, None, mu
+            return Fields(u, grad, lap, f, None, None, mu)
         _, grad_f, lap_f = derivatives(lambda p: operator(self.equation, u_fn, p), self.points)
-        return u, grad, lap, f, grad_f, lap_f, mu
+        return Fields(u, grad, lap, f, grad_f, lap_f, mu)
 
     def __call__(self, theta0, theta1, dt, t=0.0) -> tuple[dict[str, Float[Array, " n"]], dict[str, Float[Array, ""]]]:
         """The local terms of the step ``θ₀ → θ₁`` from t (:meth:`fields` of both ends, :meth:`combine`)."""
         return self.combine(self.fields(theta0, t), self.fields(theta1, t + dt), dt, (theta0, theta1), t)
 
-    def combine(self, fields0, fields1, dt, thetas=None, t=0.0):
-        """The step's local terms from :meth:`fields` at both of its ends (the driver
-        keeps a step's end fields as the next step's start: one evaluation per step);
-        ``thetas`` (both ends' θ) and the start t for an operator of another form."""
-        u0, g0, l0, f0, gf0, lf0, mu0 = fields0
-        u1, g1, l1, f1, gf1, lf1, mu1 = fields1
-        trapezoid = (u1 - u0) - dt / 2 * (f0 + f1)
+    def combine(self, start: Fields, end: Fields, dt, thetas=None, t=0.0):
+        """The step's local terms from the :class:`Fields` at both of its ends (a step's
+        end is the next one's start: one evaluation per step); ``thetas`` (both ends' θ)
+        and the start t for an operator of another form than the short one."""
+        trapezoid = (end.u - start.u) - dt / 2 * (start.f + end.f)
+        mu0, mu1 = start.mu, end.mu
         if mu0 is None:
-            mu0, mu1 = self.equation.growth_rate(u0, g0), self.equation.growth_rate(u1, g1)
-        scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(u1),
+            mu0, mu1 = self.equation.growth_rate(start.u, start.grad), self.equation.growth_rate(end.u, end.grad)
+        scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(end.u),
                    "growth_rate": jnp.maximum(jnp.asarray(mu0, jnp.float64), jnp.asarray(mu1, jnp.float64))}
         if not self.hermite:
             return {"defect": trapezoid}, scalars
         if self.short:  # p(½) of the cubic Hermite interpolant, with its gradient and Laplacian
-            p = (u0 + u1) / 2 + dt / 8 * (f0 - f1)
-            gp = (g0 + g1) / 2 + dt / 8 * (gf0 - gf1)
-            lp = (l0 + l1) / 2 + dt / 8 * (lf0 - lf1)
+            p = (start.u + end.u) / 2 + dt / 8 * (start.f - end.f)
+            gp = (start.grad + end.grad) / 2 + dt / 8 * (start.grad_f - end.grad_f)
+            lp = (start.lap + end.lap) / 2 + dt / 8 * (start.lap_f - end.lap_f)
             lp_half = self.equation.rhs(p, gp, lp)
         else:  # L of the function p(½), at t + Δt/2
             a, b = (self._u(th) for th in thetas)
@@ -160,7 +172,7 @@ class Defect(eqx.Module):
                 return (a(q) + b(q)) / 2 + dt / 8 * (la - lb)
 
             lp_half = self.equation.operator(Field(p_half, self.points), t + dt / 2)
-        defect = (u1 - u0) - dt / 6 * (f0 + 4 * lp_half + f1)
+        defect = (end.u - start.u) - dt / 6 * (start.f + 4 * lp_half + end.f)
         return {"defect": defect}, {**scalars, "defect_l2": self.norm(defect)}
 
 
@@ -206,16 +218,19 @@ def measured_growth_rate(equation: Equation, u_fn: Callable, points, weights, t,
     return jnp.max(jnp.linalg.eigvalsh((g + g.T) / 2))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ErrorEstimate:
-    """``E_n`` (module docstring), advanced on the host step by step, with the state a
-    checkpoint keeps: ``vector`` (the estimated error on the points, for the kinds that
-    sum defects as vectors) and ``error`` (its norm, or the running triangle sum)."""
+    """``E_n`` (module docstring), advanced on the host step by step: ``vector`` (the
+    estimated error on the points, for the kinds that sum defects as vectors) and
+    ``error`` (its norm, or the running triangle sum), what a checkpoint keeps; and
+    ``fields``, the :class:`Fields` of step n's end, the next step's start (None after a
+    resume: computed again)."""
 
     kind: str
     weights: np.ndarray
     vector: np.ndarray
     error: float
+    fields: Fields | None = None
 
     @classmethod
     def start(cls, kind: str, weights, e0) -> ErrorEstimate:
@@ -227,33 +242,32 @@ class ErrorEstimate:
     def vectorial(self) -> bool:
         return self.kind in ("hermite", "trapezoid")
 
-    def advance(self, dt: float, scalars: dict[str, float], defect: np.ndarray) -> float:
+    def advance(self, dt: float, scalars: dict[str, float], defect: np.ndarray, fields: Fields) -> ErrorEstimate:
         """``E_{n+1}`` from the step's ``scalars`` (the method's metrics and
-        :class:`Defect`'s) and its ``defect`` vector; returns it."""
+        :class:`Defect`'s), its ``defect`` vector and the ``fields`` of its end."""
         growth = math.exp(scalars["growth_rate"] * dt)
+        vector, error = self.vector, self.error
         if self.vectorial:
-            self.vector = growth * self.vector + np.asarray(defect, np.float64)
-            self.error = float(np.sqrt(np.sum(self.weights * self.vector**2)))
+            vector = growth * self.vector + np.asarray(defect, np.float64)
+            error = float(np.sqrt(np.sum(self.weights * vector**2)))
         elif self.kind == "hermite_triangle":
-            self.error = growth * self.error + scalars["defect_l2"]
+            error = growth * self.error + scalars["defect_l2"]
         else:  # embedded: the integrator's estimate, plus the projection error on held-out points
-            self.error = growth * self.error + scalars["local_error"] + math.sqrt(max(scalars["holdout_loss"], 0.0))
-        return self.error
+            error = growth * self.error + scalars["local_error"] + math.sqrt(max(scalars["holdout_loss"], 0.0))
+        return dataclasses.replace(self, vector=vector, error=error, fields=fields)
 
 
 class CompiledEstimate:
     """A run's :class:`Defect`, compiled once from the method's state (``parameters``:
-    its θ): the fields of a state (derivatives up to fourth order, evaluated once per
-    accepted step: a step's end is the next one's start, kept here), the local terms of
-    a step from the fields at both ends, and θ₀'s error against u₀. ``kind``: the
-    estimate the run computes (``hermite`` asked of an operator above second order of
-    another form than the short one computes ``trapezoid``)."""
+    its θ): the :class:`Fields` of a state (derivatives up to fourth order), the local
+    terms of a step from the fields at both ends, and θ₀'s error against u₀. ``kind``:
+    the estimate the run computes (``hermite`` asked of an operator above second order
+    of another form than the short one computes ``trapezoid``)."""
 
     def __init__(self, defect: Defect, kind: str, parameters: Callable, state: PyTree):
         self.kind = "trapezoid" if kind.startswith("hermite") and not defect.hermite else kind
         self.weights = np.asarray(defect.weights)
         self.initial = jax.jit(lambda s: defect.initial(parameters(s))).lower(state).compile()
-        self._end: tuple[int, object] = (-1, None)  # (step, fields of its end state)
         if defect.short:  # autonomous, the fields hold all L[p(½)] needs: no t, no θ
             fields = jax.jit(lambda s: defect.fields(parameters(s))).lower(state).compile()
             shapes = jax.eval_shape(lambda s: defect.fields(parameters(s)), state)
@@ -271,11 +285,12 @@ class CompiledEstimate:
         e0, norm0 = jax.device_get(self.initial(state))
         return ErrorEstimate.start(self.kind, self.weights, e0), float(norm0) ** 2
 
-    def local(self, n: int, previous, state, dt: float, t: float) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """Step n's local terms (:meth:`Defect.combine`), from ``previous`` at t to ``state``."""
-        step, start = self._end
-        if step != n - 1:
-            start = self.fields(previous, t)
-        self._end = (n, self.fields(state, t + dt))
-        vectors, scalars = jax.device_get(self.combine(start, self._end[1], previous, state, dt, t))
-        return vectors, {k: float(v) for k, v in scalars.items()}
+    def local(self, start: Fields | None, previous, state, dt: float,
+              t: float) -> tuple[dict[str, np.ndarray], dict[str, float], Fields]:
+        """The local terms of the step from ``previous`` at t to ``state``
+        (:meth:`Defect.combine`), from the ``start`` fields (None: computed from
+        ``previous``), and the fields of its end."""
+        start = self.fields(previous, t) if start is None else start
+        end = self.fields(state, t + dt)
+        vectors, scalars = jax.device_get(self.combine(start, end, previous, state, dt, t))
+        return vectors, {k: float(v) for k, v in scalars.items()}, end

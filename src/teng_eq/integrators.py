@@ -1,5 +1,5 @@
 """TENG time integrators: explicit Runge–Kutta schemes (:class:`ButcherTableau`,
-walked by :func:`explicit_rk`) whose stages are TENG fits (:class:`TENGStep`).
+walked by :func:`rk_slopes`) whose stages are TENG fits (:class:`TENGStep`).
 
 An explicit RK scheme with tableau ``(A, b)`` advances ``u_t`` by
 
@@ -175,20 +175,18 @@ def combine(y0, dt: float, coeffs, slopes):
     return y0 + dt * sum(c * k for c, k in zip(coeffs, slopes) if c != 0.0)
 
 
-def rk_slopes(tableau: ButcherTableau, dt: float, y0, k1, slope: Callable[[int, object], object]) -> list:
+def rk_slopes(tableau: ButcherTableau, dt: float, y0, k1, slope: Callable, carry):
     """The slopes of an explicit tableau walked from ``y₀`` with first slope ``k₁``:
-    ``k_{j+1} = slope(j, y₀ + Δt Σ_{i≤j} a_{j+1,i} kᵢ)`` for j = 1 … s−1."""
+    ``k_{j+1}, carry = slope(j, y₀ + Δt Σ_{i≤j} a_{j+1,i} kᵢ, carry)`` for j = 1 … s−1,
+    ``carry`` what each stage hands the next (TENG: the fit's θ and the stages' logs);
+    returns ``(slopes, carry)``. The step is then ``combine(y₀, Δt, b, slopes)``: TENG
+    walks the tableau on function values (``slope`` fits a network to the stage value
+    first), TDVP on θ itself."""
     slopes = [k1]
     for j, row in enumerate(tableau.a, start=1):
-        slopes.append(slope(j, combine(y0, dt, row, slopes)))
-    return slopes
-
-
-def explicit_rk(tableau: ButcherTableau, dt: float, y0, k1, slope: Callable[[int, object], object]):
-    """Walk an explicit tableau (:func:`rk_slopes`) and return ``y₀ + Δt Σⱼ bⱼ kⱼ``.
-    TENG walks it on function values (``slope`` fits a network to the stage value
-    first); TDVP on θ itself."""
-    return combine(y0, dt, tableau.b, rk_slopes(tableau, dt, y0, k1, slope))
+        k, carry = slope(j, combine(y0, dt, row, slopes), carry)
+        slopes.append(k)
+    return slopes, carry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,6 +279,29 @@ class TENGStep(eqx.Module):
     warm_start: str = eqx.field(static=True, default="previous")
     warm_rate: float = eqx.field(static=True, default=0.9)
 
+    def fit_start(self, j: int, theta_t, previous, nodes, dt, rate):
+        """Where fit j starts (class docstring, warm start): the θ of the fit before it
+        (``previous``; θ_t for the first), or under ``extrapolate`` θ_t moved along the
+        latest rate to the fit's node."""
+        if self.warm_start != "extrapolate":
+            return previous
+        if j > 0 and nodes[j - 1] != 0.0:
+            return theta_t + (nodes[j] / nodes[j - 1]) * (previous - theta_t)
+        if rate is not None:
+            return theta_t + self.warm_rate * nodes[0] * dt * rate
+        return previous
+
+    def embedded(self, theta, slopes: list, target, dt, t) -> dict[str, Float[Array, ""]]:
+        """``local_error`` and ``u_l2`` (class docstring) of the step that ended at θ with
+        ``slopes`` towards ``target`` (both on the nodes and the held-out points)."""
+        n = self.solver.points.shape[0]
+        if self.tableau.fsal:
+            slopes = [*slopes, network_operator(self.equation, self.solver.space, theta, self.solver.points, t + dt)]
+        interior = 1.0 if self.boundary is None else jnp.where(self.boundary, 0.0, 1.0)
+        err = combine(0.0, dt, self.tableau.b_error, [k[:n] for k in slopes])
+        return {"local_error": jnp.sqrt(self.solver.norm2(interior * err)),
+                "u_l2": jnp.sqrt(self.solver.norm2(interior * target[:n]))}
+
     def __call__(
         self, theta: Float[Array, " params"], key: PRNGKeyArray, dt: Float[Array, ""] | float | None = None,
         expected: Float[Array, ""] | None = None, rate: Float[Array, " params"] | None = None,
@@ -289,9 +310,8 @@ class TENGStep(eqx.Module):
         """θ_{t+Δt} and the step's record from θ_t; ``rate``: the previous step's
         ``(θ_t − θ_{t−Δt'})/Δt'`` under ``warm_start: extrapolate`` (None: zero); ``t``:
         the step's start, where L depends on it (slope j at ``t + cⱼΔt``)."""
-        space, n = self.solver.space, self.solver.points.shape[0]
+        space, n, theta_t = self.solver.space, self.solver.points.shape[0], theta
         dt = self.dt if dt is None else dt
-        start = theta
         nodes = [sum(row) for row in self.tableau.a] + [1.0]  # cⱼ of fit j; the final fit's is 1
         # Targets on the nodes and the held-out points at once: one pass each.
         points, on_boundary = self.solver.points, self.boundary
@@ -300,40 +320,28 @@ class TENGStep(eqx.Module):
             if on_boundary is not None:
                 on_boundary = jnp.concatenate([on_boundary, self.holdout.boundary])
         keys = jax.random.split(key, self.tableau.stages)
-        logs = []
 
-        def fit(j: int, target):
-            """Fit stage j (from 0) to ``target`` (the boundary value 0 on its rows)."""
-            nonlocal theta
+        def fit(j: int, target, fitted):
+            """Stage j (from 0) fitted to ``target`` (the boundary value 0 on its rows), from
+            ``fitted = (θ of the fit before, logs so far)``: ``(target, (θ, logs))``."""
+            previous, logs = fitted
             if on_boundary is not None:
                 target = jnp.where(on_boundary, 0.0, target)
+            start = self.fit_start(j, theta_t, previous, nodes, dt, rate)
             iters, first = (self.iters, self.subsample_first) if j == 0 else (self.iters_later, self.subsample)
-            if self.warm_start == "extrapolate":
-                if j > 0 and nodes[j - 1] != 0.0:
-                    theta = start + (nodes[j] / nodes[j - 1]) * (theta - start)
-                elif rate is not None:
-                    theta = start + self.warm_rate * nodes[0] * dt * rate
-            theta, log = self.solver.stage(theta, target[:n], keys[j], iters, first, self.subsample, expected)
-            logs.append(log)
-            return target
+            fitted, log = self.solver.stage(start, target[:n], keys[j], iters, first, self.subsample, expected)
+            return target, (fitted, (*logs, log))
 
-        def slope(j: int, target):
-            fit(j - 1, target)
-            return network_operator(self.equation, space, theta, points, t + nodes[j - 1] * dt)
+        def slope(j: int, target, fitted):
+            _, fitted = fit(j - 1, target, fitted)
+            return network_operator(self.equation, space, fitted[0], points, t + nodes[j - 1] * dt), fitted
 
-        u_t = space.apply(theta, points)
-        k1 = network_operator(self.equation, space, theta, points, t)
-        slopes = rk_slopes(self.tableau, dt, u_t, k1, slope)
-        target = fit(self.tableau.stages - 1, combine(u_t, dt, self.tableau.b, slopes))
+        u_t = space.apply(theta_t, points)
+        k1 = network_operator(self.equation, space, theta_t, points, t)
+        slopes, fitted = rk_slopes(self.tableau, dt, u_t, k1, slope, (theta_t, ()))
+        target, (theta, logs) = fit(self.tableau.stages - 1, combine(u_t, dt, self.tableau.b, slopes), fitted)
         loss = logs[-1].final_loss
-        embedded = {}
-        if self.tableau.b_error is not None:
-            if self.tableau.fsal:
-                slopes.append(network_operator(self.equation, space, theta, self.solver.points, t + dt))
-            interior = 1.0 if self.boundary is None else jnp.where(self.boundary, 0.0, 1.0)
-            err = combine(0.0, dt, self.tableau.b_error, [k[:n] for k in slopes])
-            embedded = {"local_error": jnp.sqrt(self.solver.norm2(interior * err)),
-                        "u_l2": jnp.sqrt(self.solver.norm2(interior * target[:n]))}
+        embedded = {} if self.tableau.b_error is None else self.embedded(theta, slopes, target, dt, t)
         if self.holdout is None:
             holdout_loss = ratio = jnp.full((), jnp.nan, theta.dtype)
         else:

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -37,12 +37,13 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from teng_eq import interrupts, tracking
 from teng_eq.cache import cache_dir, compilation_folder, digest
 from teng_eq.checkpoint import CheckpointStore, save_network
+from teng_eq.driver import Callback
 from teng_eq.errors import ConfigError, Overfit, RunFailed, WriteFailed
 from teng_eq.initial_fit import FitProgress
 from teng_eq.options import BOOKKEEPING
 from teng_eq.preflight import Job, validate_job
-from teng_eq.results import StepRecord
-from teng_eq.simulation import RunResult, run_simulation
+from teng_eq.results import StepRecord, run_error
+from teng_eq.simulation import RunResult, reporting, run_simulation
 from teng_eq.tracking.trials import search_tags
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ def main(cfg: DictConfig, context: JobContext) -> float:
     enable_compilation_cache(job.options.cache_dir)
     try:
         with logging_redirect_tqdm(tqdm_class=tqdm):
-            return run_job(cfg, job, context, job_start)
+            return tracked_job(cfg, job, context, job_start)[0]
     except interrupts.Interrupted as stop:
         then = "submitit requeues the job" if interrupts.chained(stop) else "the same command resumes it"
         print(f"error: stopped by {stop}: the run is KILLED; {then}", file=sys.stderr)
@@ -206,67 +207,85 @@ def enable_compilation_cache(folder) -> None:
         jax.config.update("jax_compilation_cache_dir", str(compilation_folder(folder)))
 
 
-def run_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float) -> float:
-    """One job in its MLflow run (see the module docstring): its global error."""
-    return tracked_job(cfg, job, context, job_start)[0]
+#: Steps between flushes of a run's step metrics to the store (also at step 1, for `mlflow
+#: ui`, and at every checkpoint, so that a resumed run's store is not behind it).
+FLUSH_EVERY = 100
 
 
-# The job's body returns its RunResult too, and takes the caller's
-# on_step: teng_eq.api.run(..., mlflow=True) makes this same MLflow run.
-def tracked_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float, *,
-                on_step: Callable[[StepRecord], None] | None = None) -> tuple[float, RunResult | None]:
-    """One job in its MLflow run: ``(global error, its RunResult)``; the result is None
-    when the configuration's run is FINISHED already and is skipped (``resume``), the
-    error then that run's. ``on_step`` also sees every step (after it is logged)."""
-    caller_on_step = on_step
-    run_cfg, opts = job.run, job.options
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    name = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
-    chash = config_hash(resolved)
+@dataclasses.dataclass(frozen=True)
+class StepLogger:
+    """A :data:`~teng_eq.driver.Callback`: every step's metrics into the job's ``run`` (a
+    resumed run's steps already there are not written again), flushed as :data:`FLUSH_EVERY` says."""
+
+    run: tracking.RunLogger
+    checkpoint_every: int
+
+    def __call__(self, record: StepRecord, state) -> None:
+        with self.run.timed():
+            for key, value in record.metrics.items():
+                self.run.metric(key, value, record.step)
+            if record.step == 1 or record.step % FLUSH_EVERY == 0 or record.step % self.checkpoint_every == 0:
+                self.run.flush()
+
+
+def defer_signals(record: StepRecord, state) -> None:
+    """Callback, the first: from now on a signal stops the run at the end of a step."""
+    interrupts.defer()
+
+
+def check_signals(record: StepRecord, state) -> None:
+    """Callback, the last: raise the stop a signal asked for during the step (it is saved)."""
+    interrupts.check()
+
+
+def snapshot_plan(run_cfg) -> dict[str, list]:
+    """The density plot's times: the start, a third, two thirds and the end, as steps
+    (fixed Δt) or as times the controller lands on (``dt: auto``)."""
+    if run_cfg.adaptive:
+        return {"snapshot_times": [run_cfg.t_final * i / 3 for i in range(3)] + [run_cfg.t_final]}
+    return {"snapshot_steps": spread(run_cfg.n_steps, 3, first=0)}
+
+
+def job_tags(cfg: DictConfig, context: JobContext, chash: str) -> dict[str, str]:
+    """The tags a job's run opens with (a frontier search's trial: its study and trial too)."""
     commit, dirty = tracking.git_state(context.root)
     tags = {"run_kind": "job", "method": cfg.method.name, "equation": cfg.equation.name,
             "hydra_overrides": " ".join(context.overrides), "config_hash": chash, "git_commit": commit,
             "git_dirty": str(dirty), "device": device_description(), "jax_version": jax.__version__}
     if context.multirun:
         tags["job_num"] = str(context.job_num)
-        tags.update(search_tags(context.job_num))  # a frontier search's trial: study, trial (teng_eq.search)
-    with tracking.tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=tags,
+        tags.update(search_tags(context.job_num))
+    return tags
+
+
+def tracked_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float, *,
+                callbacks: Sequence[Callback] = ()) -> tuple[float, RunResult | None]:
+    """One job in its MLflow run: ``(global error, its RunResult)``; the result is None
+    when the configuration's run is FINISHED already and is skipped (``resume``), the error
+    then that run's. ``callbacks`` see every step too: :func:`teng_eq.api.run` passes its own."""
+    run_cfg, opts = job.run, job.options
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    name, chash = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}", config_hash(resolved)
+    with tracking.tracked_run(job.tracking_uri, opts.experiment_name, run_name=name, tags=job_tags(cfg, context, chash),
                               artifact_root=tracking.artifact_root_for(job.tracking_uri, context.root),
                               parent_run_id=os.environ.get(tracking.PARENT_RUN_ENV) if context.multirun else None,
                               config_hash=chash, resume=opts.resume, retry_s=opts.store_retry_s,
                               claim_lock=tracking.claim_lock(cache_dir(opts.cache_dir)),
                               wait=context.multirun) as run:
         if run.outcome == "skipped":
-            done = run.previous
             log.info("skipped: config_hash=%s is FINISHED as run %s (resume=false runs it again)",
-                     chash, done.info.run_id)
-            metrics = done.data.metrics
-            return float(metrics.get("global_rel_l2", metrics.get("est_global_rel_l2", float("nan")))), None
+                     chash, run.previous.info.run_id)
+            return run_error(run.previous.data.metrics), None
         checkpoints = CheckpointStore.for_run(chash, run.run_id, directory=opts.cache_dir)
         run.spool = checkpoints.path.with_name(f"{run.run_id}.unlogged")  # beside the checkpoint
         run.params({**tracking.flatten(resolved), "method": cfg.method.name, "equation": cfg.equation.name})
         progress = Progress(opts.progress, name)
-
-        def on_step(rec):
-            interrupts.defer()  # stepping: a signal now stops the run at the end of the step
-            with run.timed():
-                for key, value in rec.metrics.items():
-                    run.metric(key, value, rec.step)
-                if rec.step == 1 or rec.step % 100 == 0 or rec.step % opts.checkpoint_every == 0:
-                    run.flush()  # the run shows up in `mlflow ui` from the first step
-            progress.step(rec)
-            if caller_on_step is not None:
-                caller_on_step(rec)
-            interrupts.check()
-
+        callbacks = [defer_signals, StepLogger(run, opts.checkpoint_every), reporting(progress.step),
+                     *callbacks, check_signals]
         try:
-            result = run_simulation(run_cfg, on_step=on_step, cache_dir=opts.cache_dir,
-                                    snapshot_steps=() if run_cfg.adaptive else spread(run_cfg.n_steps, 3, first=0),
-                                    snapshot_times=[*(run_cfg.t_final * i / 3 for i in range(3)), run_cfg.t_final]
-                                    if run_cfg.adaptive else (),
-                                    log=progress.log,
+            result = run_simulation(run_cfg, callbacks=callbacks, cache_dir=opts.cache_dir, log=progress.log,
                                     checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
-                                    divergence_factor=opts.divergence_factor)
+                                    divergence_factor=opts.divergence_factor, **snapshot_plan(run_cfg))
         except interrupts.Interrupted as stop:
             stop.where = (f"after {step_position(progress.last)} (saved)" if progress.last is not None
                           else "before the first step")
@@ -275,23 +294,28 @@ def tracked_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float
             interrupts.defer(False)
             progress.close()
         interrupts.check()  # a stop after the last step: the final checkpoint holds the run
-        log_result(run, result, name, run_cfg)
-        log_artifacts(run, cfg, run_cfg, result, name, context.output_dir)
-        run.flush()
-        # Tracking overhead: every MLflow call and plot of this job, against its wall time.
-        job_s = time.perf_counter() - job_start
-        run.metric("tracking_s", run.seconds)
-        run.metric("job_s", job_s)
-        run.metric("tracking_fraction", run.seconds / job_s)
-        if result.holdout_flag == "fail":
-            # Everything is logged; raising ends the run FAILED (tracked_run).
-            raise Overfit(f"{name}: held-out loss exceeds the training loss more than "
-                          f"holdout.fail={result.holdout.fail:g} times: the fits overfit the quadrature nodes")
+        finish(run, cfg, run_cfg, result, name, context, job_start)
     checkpoints.clear()  # the run is FINISHED: nothing left to resume
     shutil.rmtree(run.spool, ignore_errors=True)  # a local record of an earlier attempt is obsolete
     if not context.multirun:  # a sweep's callback says where all its runs are
         print(f"run: {tracking.ui_address(job.tracking_uri, run.experiment_id, context.root)}")
     return result.error, result
+
+
+def finish(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: RunResult, name: str, context: JobContext,
+           job_start: float) -> None:
+    """A run that reached its end: its metrics, tags, artifacts and tracking overhead (MLflow
+    calls and plots against the job's time); a failed held-out check then ends it FAILED."""
+    log_result(run, result, name, run_cfg)
+    log_artifacts(run, cfg, run_cfg, result, name, context.output_dir)
+    run.flush()
+    job_s = time.perf_counter() - job_start
+    run.metric("tracking_s", run.seconds)
+    run.metric("job_s", job_s)
+    run.metric("tracking_fraction", run.seconds / job_s)
+    if result.holdout_flag == "fail":
+        raise Overfit(f"{name}: held-out loss exceeds the training loss more than "
+                      f"holdout.fail={result.holdout.fail:g} times: the fits overfit the quadrature nodes")
 
 
 def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -> None:

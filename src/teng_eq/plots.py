@@ -93,28 +93,8 @@ def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
     slice through the middle of the last axis; on scattered 2-D points (the disk), a
     triangulated colour map on the domain. Each row shares one colour scale (the
     difference's symmetric about 0), so the times compare at a glance."""
-    steps = sorted(snapshots)
-    points = np.asarray(evaluation.points)
-    shape = evaluation.grid_shape
-    where = ""
-    if shape is not None:
-        grid = points.reshape(*shape, points.shape[1])
-        # A panel is ~250 px wide: more points than that only slow the drawing.
-        stride = max(1, shape[0] // 128)
-        pick = (slice(None, None, stride),) * 2
-        if len(shape) == 3:
-            pick, where = pick + (shape[2] // 2,), f", x₃ = {grid[0, 0, shape[2] // 2, 2]:.3g}"
-        elif len(shape) != 2:
-            raise ValueError(f"density plots need a 2-D or 3-D grid, got {shape}")
-
-        def cut(values):
-            # field[i, j] = u(x_i, y_j): transposed so that x runs along the horizontal axis.
-            return np.asarray(values).reshape(shape)[pick].T
-
-        xy = grid[pick]
-        extent = (float(xy[..., 0].min()), float(xy[..., 0].max()), float(xy[..., 1].min()), float(xy[..., 1].max()))
-    else:
-        cut = np.asarray
+    steps, points, shape = sorted(snapshots), np.asarray(evaluation.points), evaluation.grid_shape
+    cut, extent, where = _section(points, shape)
     has_ref = snapshots[steps[0]][1] is not None
     fields = {n: (cut(snapshots[n][1]) if has_ref else None, cut(snapshots[n][0])) for n in steps}
     shown = [f[0] if has_ref else f[1] for f in fields.values()]
@@ -149,6 +129,28 @@ def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return Path(path)
+
+
+def _section(points: np.ndarray, shape):
+    """What a density panel shows of values on ``points``: ``(cut, extent, where)``, the
+    values as an image (a 2-D grid; a 3-D grid's middle slice of its last axis, ``where``
+    it lies), at most ~128 points a side (a panel is ~250 px wide), and its extent; on
+    scattered points (``shape`` None) the values as they are."""
+    if shape is None:
+        return np.asarray, None, ""
+    if len(shape) not in (2, 3):
+        raise ValueError(f"density plots need a 2-D or 3-D grid, got {shape}")
+    grid = points.reshape(*shape, points.shape[1])
+    pick, where = (slice(None, None, max(1, shape[0] // 128)),) * 2, ""
+    if len(shape) == 3:
+        pick, where = pick + (shape[2] // 2,), f", x₃ = {grid[0, 0, shape[2] // 2, 2]:.3g}"
+
+    def cut(values):  # field[i, j] = u(x_i, y_j): transposed so that x runs along the horizontal axis
+        return np.asarray(values).reshape(shape)[pick].T
+
+    xy = grid[pick]
+    return cut, (float(xy[..., 0].min()), float(xy[..., 0].max()), float(xy[..., 1].min()),
+                 float(xy[..., 1].max())), where
 
 
 def _palette(series) -> dict[str, str]:
@@ -261,47 +263,35 @@ def error_vs_dt(path: Path, panels) -> Path:
 
 
 def error_vs_time(path: Path, panels) -> Path:
-    """Relative L² error against time, one curve per run (paper Fig. compare_method_all).
-
-    ``panels``: ``{title: {label: (t, rel_l2)}}``.
-    """
-    fig, axes = _panels(max(len(panels), 1))
-    color = _palette(panels.values())
-    for ax, (title, series) in zip(axes, panels.items()):
-        for name, (t, rel_l2) in series.items():
-            ax.semilogy(t, rel_l2, "-", color=color[name], lw=1.2, label=name)
-        _label(ax, title, "t", "relative L² error")
-    return _finish(fig, path, axes)
+    """Relative L² error against time, one curve per run (paper Fig. compare_method_all);
+    ``panels``: ``{title: {label: (t, rel_l2)}}``."""
+    return _curves(path, panels, "relative L² error", lambda ax, t, e, **kw: ax.semilogy(t, e, "-", lw=1.2, **kw))
 
 
 def estimate_vs_error(path: Path, panels) -> Path:
-    """The a-posteriori error estimate (dashed) against the true error (solid) over t,
-    one colour per run: how far a run's own estimate, which uses no reference, can
-    be trusted.
-
-    ``panels``: ``{title: {label: ((t, rel_l2), (t, est_rel_l2))}}``.
-    """
-    fig, axes = _panels(max(len(panels), 1))
-    color = _palette(panels.values())
-    for ax, (title, series) in zip(axes, panels.items()):
-        for name, ((t, rel_l2), (t_est, est)) in series.items():
-            ax.semilogy(t, rel_l2, "-", color=color[name], lw=1.2, label=name)
-            ax.semilogy(t_est, est, "--", color=color[name], lw=1.2)
-        _label(ax, f"{title} (dashed: estimate)", "t", "relative L² error")
-    return _finish(fig, path, axes)
+    """The a-posteriori error estimate (dashed) against the true error (solid) over t, one
+    colour per run: how far a run's own estimate, which uses no reference, can be trusted;
+    ``panels``: ``{title: {label: ((t, rel_l2), (t, est_rel_l2))}}``."""
+    def draw(ax, error, estimate, color, label):
+        ax.semilogy(*error, "-", color=color, lw=1.2, label=label)
+        ax.semilogy(*estimate, "--", color=color, lw=1.2)
+    return _curves(path, panels, "relative L² error", draw, " (dashed: estimate)")
 
 
 def dt_vs_time(path: Path, panels) -> Path:
-    """The step sizes the controller chose (``dt: auto``) against t, one curve per run.
+    """The step sizes the controller chose (``dt: auto``) against t, one curve per run;
+    ``panels``: ``{title: {label: (t, dt)}}``."""
+    return _curves(path, panels, "Δt", lambda ax, t, dt, **kw: ax.semilogy(t, dt, ".-", lw=1, ms=3, **kw))
 
-    ``panels``: ``{title: {label: (t, dt)}}``.
-    """
+
+def _curves(path: Path, panels, ylabel: str, draw, note: str = "") -> Path:
+    """One panel per title, ``draw(ax, *data, color=, label=)`` for each of its runs against t."""
     fig, axes = _panels(max(len(panels), 1))
     color = _palette(panels.values())
     for ax, (title, series) in zip(axes, panels.items()):
-        for name, (t, dt) in series.items():
-            ax.semilogy(t, dt, ".-", color=color[name], lw=1, ms=3, label=name)
-        _label(ax, title, "t", "Δt")
+        for name, data in series.items():
+            draw(ax, *data, color=color[name], label=name)
+        _label(ax, title + note, "t", ylabel)
     return _finish(fig, path, axes)
 
 

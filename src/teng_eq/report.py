@@ -63,41 +63,12 @@ def write_report(df: pd.DataFrame, curves: dict, out: Path, *, losses: dict | No
     ``loss_time`` (None: a quarter of each run's horizon); ``methods``, ``equations``:
     the order of the rows and columns of the method × equation table.
     """
-    extra = extra or {}
-    t_curves, est_curves, dt_curves = (extra.get(k, {}) for k in ("t", "est_rel_l2", "dt"))
     axes = analysis.varied_axes(df)
     groups = analysis.group_keys(axes, drop=("seed", "dt"))
     groups.remove("equation")  # one panel per equation
     run_keys = [k for k in analysis.group_keys(axes, drop=()) if k != "equation"]
-    runtime_panels, dt_panels, time_panels, slopes = {}, {}, {}, []
-    estimate_panels, step_panels, quality = {}, {}, []
-    for eq, runs in df.groupby("equation", sort=True):
-        runtime_panels[eq], dt_panels[eq], time_panels[eq] = {}, {}, {}
-        estimate_panels[eq], step_panels[eq] = {}, {}
-        for _, g in runs.groupby(groups, sort=True, dropna=False):
-            name = analysis.label(g.iloc[0], groups)
-            runtime_panels[eq][name] = (g["runtime_s"], g["global_rel_l2"], g["pareto"])
-            fit = analysis.fit_power_law(g["dt"], g["global_rel_l2"])
-            dt_panels[eq][name] = (g["dt"], g["global_rel_l2"], fit)
-            slopes.append({"equation": eq, "group": name, "slope": fit.slope,
-                           "prefactor": fit.prefactor, "n_runs": len(g),
-                           "n_dt": g["dt"].nunique()})
-        for _, row in runs.sort_values(run_keys).iterrows():
-            run_id, name = row["run_id"], analysis.label(row, run_keys)
-            steps, values = curves[run_id]
-            t_curve = t_curves.get(run_id)
-            time_panels[eq][name] = (analysis.curve_times(steps, row["dt"], t_curve), values)
-            est = est_curves.get(run_id)
-            if est is not None and len(est[0]):
-                estimate_panels[eq][name] = (time_panels[eq][name], (analysis.curve_times(est[0], row["dt"], t_curve),
-                                                                     est[1]))
-                low, high = analysis.estimate_ratio(curves[run_id], est)
-                quality.append({"equation": eq, "run": name, "run_id": run_id, "ratio_min": low,
-                                "ratio_max": high, "global_rel_l2": row["global_rel_l2"],
-                                "est_global_rel_l2": row.get("est_global_rel_l2", np.nan)})
-            if dt_curves.get(run_id) is not None and len(dt_curves[run_id][0]):
-                dsteps, dvalues = dt_curves[run_id]
-                step_panels[eq][name] = (analysis.curve_times(dsteps, row["dt"], t_curve), dvalues)
+    panels, slopes, quality = _report_panels(df, curves, extra or {}, groups, run_keys)
+    runtime_panels, dt_panels, time_panels, estimate_panels, step_panels = panels
     out.mkdir(parents=True, exist_ok=True)
     table = analysis.summary_table(df, axes)
     paths = [
@@ -121,6 +92,83 @@ def write_report(df: pd.DataFrame, curves: dict, out: Path, *, losses: dict | No
     df[cols].to_csv(out / "runs.csv", index=False)
     pd.DataFrame(slopes).to_csv(out / "slopes.csv", index=False)
     return paths + [out / "runs.csv", out / "slopes.csv"]
+
+
+def _print_summary(df: pd.DataFrame, jobs: pd.DataFrame, out: Path, methods, equations, target) -> None:
+    """What :func:`analyze` prints: the tables, the estimate's quality, the front and the
+    cheapest run below ``target``."""
+    table = analysis.summary_table(df)
+    print(analysis.table_markdown(table), end="")
+    print(analysis.wide_markdown(analysis.method_by_equation(table, methods, equations)), end="")
+    if (out / "estimate.csv").exists():
+        quality = pd.read_csv(out / "estimate.csv")
+        print("error estimate / true error after step 5 (min, max) per run:")
+        for _, q in quality.iterrows():
+            print(f"  {q['equation']} {q['run']}: {q['ratio_min']:.3g} .. {q['ratio_max']:.3g}; global "
+                  f"{q['global_rel_l2']:.3g}, estimated {q['est_global_rel_l2']:.3g}")
+    front = df[df["pareto"]]
+    print(f"error–runtime front: {len(front)} of {len(df)} runs (frontier.md)")
+    if target is not None:
+        for _, best in analysis.cheapest_below(analysis.frontier_table(df, analysis.run_sources(jobs), []),
+                                               target).iterrows():
+            trial = "" if pd.isna(best["trial"]) else f" trial {int(best['trial'])}"
+            print(f"  {best['equation']}: cheapest with global_rel_l2 <= {target:g}: run {best['run_id']} "
+                  f"({best['source']}{trial}), {best['global_rel_l2']:.3e} in {best['runtime_s']:.4g} s")
+    print(f"{len(df)} runs; varied: {', '.join(analysis.varied_axes(df)) or 'nothing'}")
+
+
+def _log_analysis(cfg, uri, root, df, paths, parent, sweep_id, exps, filter_string, name, n_other) -> None:
+    """The analysis as an MLflow run: in ``log_experiment``, else the sweep's experiment, else
+    the runs' one experiment, else ``analysis``."""
+    if cfg.log_experiment:
+        log_exp = str(cfg.log_experiment)
+    elif parent is not None:
+        log_exp = tracking.experiment_name(uri, parent.info.experiment_id)
+    elif df["experiment_id"].nunique() == 1:
+        log_exp = tracking.experiment_name(uri, df["experiment_id"].iloc[0])
+    else:
+        log_exp = "analysis"
+    of = sweep_id or f"experiments={exps} filter={filter_string}"
+    params = {"sweep": sweep_id, "experiments": exps, "filter": filter_string,
+              "n_runs": len(df), "n_excluded": n_other}
+    # A new experiment keeps its artifacts beside its sqlite store, as the default does.
+    store = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else root
+    run_id = tracking.log_analysis(uri, log_exp, paths, analysis_of=of, run_name=f"analysis-{name}",
+                                   params=params, artifact_root=store / "mlruns")
+    print(f"logged analysis run {run_id} in experiment {log_exp!r}")
+
+
+def _report_panels(df: pd.DataFrame, curves: dict, extra: dict, groups: list, run_keys: list):
+    """:func:`write_report`'s panels by equation — error against runtime and against Δt
+    (by group), against time, the estimate beside it, Δt against time (by run) —, the
+    Δt slopes and the estimate's quality rows."""
+    t_curves, est_curves, dt_curves = (extra.get(k, {}) for k in ("t", "est_rel_l2", "dt"))
+    panels, slopes, quality = tuple({} for _ in range(5)), [], []
+    for eq, runs in df.groupby("equation", sort=True):
+        runtime, by_dt, by_time, estimate, steps_of = (p.setdefault(eq, {}) for p in panels)
+        for _, g in runs.groupby(groups, sort=True, dropna=False):
+            name = analysis.label(g.iloc[0], groups)
+            runtime[name] = (g["runtime_s"], g["global_rel_l2"], g["pareto"])
+            fit = analysis.fit_power_law(g["dt"], g["global_rel_l2"])
+            by_dt[name] = (g["dt"], g["global_rel_l2"], fit)
+            slopes.append({"equation": eq, "group": name, "slope": fit.slope, "prefactor": fit.prefactor,
+                           "n_runs": len(g), "n_dt": g["dt"].nunique()})
+        for _, row in runs.sort_values(run_keys).iterrows():
+            run_id, name = row["run_id"], analysis.label(row, run_keys)
+            steps, values = curves[run_id]
+            t_curve = t_curves.get(run_id)
+            by_time[name] = (analysis.curve_times(steps, row["dt"], t_curve), values)
+            est = est_curves.get(run_id)
+            if est is not None and len(est[0]):
+                estimate[name] = (by_time[name], (analysis.curve_times(est[0], row["dt"], t_curve), est[1]))
+                low, high = analysis.estimate_ratio(curves[run_id], est)
+                quality.append({"equation": eq, "run": name, "run_id": run_id, "ratio_min": low,
+                                "ratio_max": high, "global_rel_l2": row["global_rel_l2"],
+                                "est_global_rel_l2": row.get("est_global_rel_l2", np.nan)})
+            if dt_curves.get(run_id) is not None and len(dt_curves[run_id][0]):
+                dsteps, dvalues = dt_curves[run_id]
+                steps_of[name] = (analysis.curve_times(dsteps, row["dt"], t_curve), dvalues)
+    return panels, slopes, quality
 
 
 def write_frontier(df: pd.DataFrame, jobs: pd.DataFrame, runs: pd.DataFrame, out: Path,
@@ -213,40 +261,8 @@ def analyze(cfg: DictConfig, root: Path) -> Path:
     target = None if cfg.get("target") is None else float(cfg.target)
     paths += write_frontier(df, jobs, runs, out, target)
 
-    table = analysis.summary_table(df)
-    print(analysis.table_markdown(table), end="")
-    print(analysis.wide_markdown(analysis.method_by_equation(table, methods, equations)), end="")
-    if (out / "estimate.csv").exists():
-        quality = pd.read_csv(out / "estimate.csv")
-        print("error estimate / true error after step 5 (min, max) per run:")
-        for _, q in quality.iterrows():
-            print(f"  {q['equation']} {q['run']}: {q['ratio_min']:.3g} .. {q['ratio_max']:.3g}; global "
-                  f"{q['global_rel_l2']:.3g}, estimated {q['est_global_rel_l2']:.3g}")
-    front = df[df["pareto"]]
-    print(f"error–runtime front: {len(front)} of {len(df)} runs (frontier.md)")
-    if target is not None:
-        for _, best in analysis.cheapest_below(analysis.frontier_table(df, analysis.run_sources(jobs), []),
-                                               target).iterrows():
-            trial = "" if pd.isna(best["trial"]) else f" trial {int(best['trial'])}"
-            print(f"  {best['equation']}: cheapest with global_rel_l2 <= {target:g}: run {best['run_id']} "
-                  f"({best['source']}{trial}), {best['global_rel_l2']:.3e} in {best['runtime_s']:.4g} s")
-    print(f"{len(df)} runs; varied: {', '.join(analysis.varied_axes(df)) or 'nothing'}")
+    _print_summary(df, jobs, out, methods, equations, target)
     print(f"wrote {', '.join(p.name for p in paths)} to {out}")
     if cfg.mlflow:
-        if cfg.log_experiment:
-            log_exp = str(cfg.log_experiment)
-        elif parent is not None:
-            log_exp = tracking.experiment_name(uri, parent.info.experiment_id)
-        elif df["experiment_id"].nunique() == 1:
-            log_exp = tracking.experiment_name(uri, df["experiment_id"].iloc[0])
-        else:
-            log_exp = "analysis"
-        of = sweep_id or f"experiments={exps} filter={filter_string}"
-        params = {"sweep": sweep_id, "experiments": exps, "filter": filter_string,
-                  "n_runs": len(df), "n_excluded": n_other}
-        # A new experiment keeps its artifacts beside its sqlite store, as the default does.
-        store = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else root
-        run_id = tracking.log_analysis(uri, log_exp, paths, analysis_of=of, run_name=f"analysis-{name}",
-                              params=params, artifact_root=store / "mlruns")
-        print(f"logged analysis run {run_id} in experiment {log_exp!r}")
+        _log_analysis(cfg, uri, root, df, paths, parent, sweep_id, exps, filter_string, name, n_other)
     return out

@@ -8,9 +8,9 @@ not a profile, so that it refuses only what cannot fit:
 
 * ``eval_grid``: the m^d evaluation points (d coordinates each), û and the
   reference there, and the reference's complex spectra on that grid (two);
-* ``t_final`` (with ``dt``): the per-step record the driver keeps for the whole
-  run — times, error norms, wall times, the step's metrics and its loss table
-  (:class:`~teng_eq.checkpoint.History`): :data:`STEP_BYTES` per step;
+* ``t_final`` (with ``dt``): the row the run loop keeps of every step — time, error
+  norms, wall time, the step's metrics and its loss table (:class:`~teng_eq.results.Row`):
+  :data:`STEP_BYTES` per step at least;
 * the method's own (:meth:`~teng_eq.methods.base.Method.memory`): for the θ
   methods the largest Jacobian on the quadrature ``grid`` (θ₀'s fit, a step's
   least squares).

@@ -1,12 +1,14 @@
 """What solves and steps report, at the bottom of the numerics (lineax's ``RESULTS``
 pattern): :class:`RESULTS`, what a least-squares solve or an update ran into (its
 per-step counts: :data:`EVENTS`); :class:`StepRecord`, what one step of any method
-reports, made on the device, completed on the host by the driver, handed to the
-pipeline, replayed after a resume."""
+reports, made on the device; :class:`Row`, what the run loop keeps of an accepted step,
+from which the record handed to the pipeline (and replayed after a resume) is made."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -72,11 +74,58 @@ class StepRecord(eqx.Module):
         losses[stage, it], inner[stage, it] = table[:, 2], table[:, 3]
         return cls(losses=losses, inner=inner, metrics=metrics, **where)
 
-    def at(self, **where) -> StepRecord:
-        """This record with ``step``, ``of``, ``t``, ``metrics`` replaced."""
-        return dataclasses.replace(self, **where)
+
+
+def run_error(metrics: Mapping[str, float | None]) -> float:
+    """A run's global error from its end-of-run metrics: ``global_rel_l2`` (against the
+    reference), else ``est_global_rel_l2`` (its own estimate); NaN where it has neither."""
+    for key in ("global_rel_l2", "est_global_rel_l2"):
+        if metrics.get(key) is not None:
+            return float(metrics[key])
+    return math.nan
 
 
 def stack_rows(rows: list[Array], width: int) -> Float[Array, "stages width"]:
     """1-D arrays as the rows of one array, NaN-padded to ``width`` (a record's loss table)."""
     return jnp.stack([jnp.concatenate([r, jnp.full(width - r.shape[0], jnp.nan, r.dtype)]) for r in rows])
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """What the run loop (:mod:`teng_eq.driver`) keeps of time index ``n`` of a sequential
+    run (``t`` its time; n = 0 the start), or of block ``n`` of a global-in-time one (``t``
+    None): the step's ``metrics`` (the method's, the estimate's, ``t`` and ``dt`` under
+    ``dt: auto``), its loss ``table``, the stepping seconds up to it (``wall``); at its
+    time ``err_sq`` and ``ref_sq`` (‖û − u_ref‖², ‖u_ref‖²; without a reference NaN and
+    ‖û‖²), ``u_sq`` and ``est`` (‖û‖² and ``E_n`` on the estimate's points), max |û| on a
+    Dirichlet ``boundary``; at a snapshot, (û, u_ref) for the density plot and (with
+    checkpoints) the method's ``state`` as bytes, from which a resumed run makes it again."""
+
+    n: int
+    t: float | None
+    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    table: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 4)))  # the start ran none
+    wall: float = math.nan
+    err_sq: float = math.nan
+    ref_sq: float = 0.0
+    u_sq: float = 0.0
+    est: float = math.nan
+    boundary: float = math.nan
+    snapshot: tuple[np.ndarray, np.ndarray | None] | None = None
+    state: np.ndarray | None = None
+
+    def record(self, of: int | None) -> StepRecord:
+        """The step as reported to the pipeline (``of``: the run's steps, None when not
+        known yet): its metrics with ``rel_l2``, ``boundary_max_abs``, ``est_rel_l2``
+        where measured and ``wall_time_s``."""
+        metrics = dict(self.metrics)
+        if self.t is not None:
+            if np.isfinite(self.err_sq):
+                metrics["rel_l2"] = float(np.sqrt(np.float64(self.err_sq) / self.ref_sq))
+            if np.isfinite(self.boundary):
+                metrics["boundary_max_abs"] = float(self.boundary)
+            if np.isfinite(self.est):
+                metrics["est_rel_l2"] = float(self.est / np.sqrt(self.u_sq))
+        if self.n > 0:
+            metrics["wall_time_s"] = float(self.wall)
+        return StepRecord.from_table(self.table, metrics, step=self.n, of=of, t=self.t)

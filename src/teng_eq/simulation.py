@@ -1,33 +1,27 @@
-"""A whole run of any method: reference, stepping, error at every step, checkpoints.
-
-The library's entry point for the pipeline: from a validated
-:class:`~teng_eq.config.RunConfig` it builds the method (θ₀ is the method's
-business) and reports each step to a callback as a :class:`~teng_eq.results.StepRecord`,
-so that progress bars and experiment tracking stay outside the numerics. Timing:
-``runtime_s`` and ``wall_time_s`` count the compiled steps alone (each waited for);
-the error evaluation is ``eval_s``, compilation ``compile_s``.
-"""
+"""A whole run of any method, the library's entry point for the pipeline: from a
+validated :class:`~teng_eq.config.RunConfig`, the method (θ₀ is its business), the
+reference and the compiled step, the run loop (:mod:`teng_eq.driver`), the result.
+``runtime_s`` and ``wall_time_s`` count the compiled steps alone (each waited for)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
 import numpy as np
 
-from teng_eq.checkpoint import CheckpointStore, History
+from teng_eq import driver
+from teng_eq.checkpoint import CheckpointStore
 from teng_eq.config import RunConfig
 from teng_eq.controller import ControllerState
-from teng_eq.driver import Clock, Compiled, ErrorMeter, Recorder, RunState, Step, accepted_steps
-from teng_eq.errors import Diverged
 from teng_eq.initial_fit import FitReport
 from teng_eq.methods.base import Method
 from teng_eq.metrics import global_relative_l2
-from teng_eq.results import EVENTS, StepRecord
+from teng_eq.results import EVENTS, Row, StepRecord, run_error
 
 
 @dataclasses.dataclass
@@ -60,9 +54,7 @@ class RunResult:
     @property
     def error(self) -> float:
         """The run's global error: against the reference, else its own estimate (NaN: neither)."""
-        if self.global_rel_l2 is not None:
-            return self.global_rel_l2
-        return self.scalars.get("est_global_rel_l2", float("nan"))
+        return run_error({**self.scalars, "global_rel_l2": self.global_rel_l2})
 
     @property
     def step_loss(self) -> np.ndarray:
@@ -96,183 +88,109 @@ def load_network(cfg: RunConfig, path) -> eqx.Module:
 
 
 def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | None = None,
-        log: Callable[[str], None] | None = None, cache_dir=None, snapshot_steps: Sequence[int] = (),
-        snapshot_times: Sequence[float] = (), checkpoints: CheckpointStore | None = None,
-        checkpoint_every: int | None = None, divergence_factor: float = math.inf) -> RunResult:
-    """Run ``cfg.method`` to ``t_final``, measuring the error at every time step and
-    reporting each step to ``on_step`` as a :class:`~teng_eq.results.StepRecord`.
-
-    With a fixed Δt, step n is at ``t = n·dt``; with ``dt: auto`` the controller
-    (:mod:`teng_eq.controller`) chooses every Δt, and only accepted steps are steps
-    (:func:`~teng_eq.driver.accepted_steps`); per step ``t`` and ``dt`` are logged and the
-    reference is evaluated at whatever t a step reaches. A method with an estimator
-    (``cfg.estimate``) also reports ``est_rel_l2``, its a-posteriori error estimate
-    (:mod:`teng_eq.estimate`), which uses no reference. At ``snapshot_steps`` (with
-    ``dt: auto``: at ``snapshot_times``, which the steps land on) both fields are kept
-    for density plots.
-
-    With ``checkpoints``, the run is saved every ``checkpoint_every`` steps and at the
-    end, and starts from the store's checkpoint if it holds one: the steps up to it are
-    replayed to ``on_step``, the later ones draw the keys of an uninterrupted run, and
-    the result is the same. A non-finite metric, or a ``step_loss`` above
-    ``divergence_factor`` times the median of the steps before it, raises
-    :class:`~teng_eq.errors.Diverged`, as does a controller that needs a step below
-    ``controller.dt_min``; whatever ends a run early (those, or an exception from
-    ``on_step``: a stop a signal asked for), its last good step is saved first.
+        callbacks: Sequence[driver.Callback] = (), log: Callable[[str], None] | None = None, cache_dir=None,
+        snapshot_steps: Sequence[int] = (), snapshot_times: Sequence[float] = (),
+        checkpoints: CheckpointStore | None = None, checkpoint_every: int | None = None,
+        divergence_factor: float = math.inf) -> RunResult:
+    """Run ``cfg.method`` to ``t_final``, reporting each step as a
+    :class:`~teng_eq.results.StepRecord` to ``on_step`` and to the ``callbacks``
+    (:data:`~teng_eq.driver.Callback`: they see the run's state too, and may stop it). At
+    ``snapshot_steps`` (``dt: auto``: ``snapshot_times``, which the steps land on) both
+    fields are kept for density plots. With ``checkpoints``, the run is saved every
+    ``checkpoint_every`` steps and at the end, and starts from the store's checkpoint if
+    it holds one: the steps up to it are reported again, the later ones draw the keys of
+    an uninterrupted run, and the result is the same. A divergence raises
+    :class:`~teng_eq.errors.Diverged` (:func:`teng_eq.driver.advance`).
     """
-    # --- Set-up: the method (θ₀ is its business), the reference, compiled functions --
-    method = build_method(cfg, cache_dir=cache_dir, log=log)
-    t0 = time.perf_counter()
-    reference, reference_s = None, 0.0  # none: the run's error is its estimate
-    if cfg.has_reference and cfg.adaptive:
-        reference = cfg.equation.reference_anytime(cfg.t_final, cache_dir=cache_dir)
-    elif cfg.has_reference:
-        reference = cfg.equation.reference(np.arange(cfg.n_steps + 1) * cfg.dt, cache_dir=cache_dir)
-    if reference is not None:
-        reference_s = time.perf_counter() - t0
-    key_run = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 1)  # step n draws fold_in(key_run, n)
+    method = build_method(cfg, cache_dir=cache_dir, log=log)  # θ₀ is the method's business
+    reference, reference_s = load_reference(cfg, cache_dir)
+    key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 1)
     evaluation = cfg.equation.evaluation(cfg.eval_grid)
-    compiled = Compiled.build(method, cfg, key_run, evaluation.points)
-    meter = ErrorMeter(cfg, compiled, reference, evaluation.weights, steps=snapshot_steps, times=snapshot_times,
-                       keep_states=method.sequential and checkpoints is not None)
-
-    # --- The run's state: from its checkpoint, or from the start -------------------
+    program = driver.Program.build(method, cfg, key, evaluation.points)
+    meter = driver.Meter(cfg, program, reference, evaluation.weights, frozenset(snapshot_steps),
+                  frozenset(float(t) for t in snapshot_times))
+    order = method.error_order(cfg.method.options)
+    schedule = (driver.Adaptive(cfg.controller, cfg.controller.stops(cfg.t_final, snapshot_times), order) if cfg.adaptive
+                else driver.FixedSteps(cfg.dt, method.n_steps))
+    loop = driver.Loop(program, schedule, meter, key, method.sequential, order, method.n_steps,
+                keep_states=method.sequential and checkpoints is not None,
+                divergence_factor=divergence_factor, name=cfg.method.name)
     saved = checkpoints.load(method.init()) if checkpoints is not None else None
     if saved is not None:
-        run = RunState.resumed(saved, compiled, cfg.adaptive)
-        meter.restore(run)
+        state = driver.resume(saved, loop, cfg.adaptive)
         if log is not None:
-            log(f"resuming from the checkpoint after step {run.n}"
-                + (f" (t={run.t:.6g})" if cfg.adaptive else f" of {method.n_steps}"))
+            log(f"resuming from the checkpoint after step {state.n}"
+                + (f" (t={state.t:.6g})" if cfg.adaptive else f" of {method.n_steps}"))
     else:
-        run = start(method, cfg, compiled, meter)
-    if on_step is not None:  # the start, and on a resume the steps already done
-        for n in range(0 if method.sequential else 1, run.n + 1):
-            on_step(run.history.record(n, method.n_steps, float(run.history.times[n]) if method.sequential else None))
-
-    # --- The loop: accepted steps, each measured, kept, reported, checkpointed -------
-    recorder = Recorder(checkpoints, checkpoint_every, method.n_steps, saved.step if saved is not None else -1)
-    order = method.error_order(cfg.method.options)
-    stops = cfg.controller.stops(cfg.t_final, snapshot_times) if cfg.adaptive else []
-    with recorder.keeping(run):
-        for step in accepted_steps(run, compiled, cfg, key_run, n_steps=method.n_steps, order=order, stops=stops):
-            record = accept(run, step, method, cfg, meter, divergence_factor)
-            if on_step is not None:
-                on_step(record)
-            recorder.after_step(run)
-        recorder.save(run)
-    if not method.sequential:  # a global-in-time method's field exists at every time only now
-        for n in range(cfg.n_steps + 1):
-            meter(n, run.state, run)
-    return result(run, method, compiled, meter, reference_s, resumed_from=saved.step if saved is not None else 0,
+        state = driver.start(loop, method.init(), ControllerState(dt=cfg.controller.dt_initial) if cfg.adaptive else None)
+    saving = None if checkpoints is None else driver.Checkpoints(checkpoints, checkpoint_every, method.n_steps,
+                                                          saved.step if saved is not None else -1)
+    reported = [*callbacks, *([reporting(on_step)] if on_step is not None else []),
+                *([saving] if saving is not None else [])]
+    state = driver.run(loop, state, reported, saving)
+    curve, seconds = (state.rows, 0.0) if method.sequential else measure_curve(loop, state, cfg)
+    return result(state, curve, seconds, method, program, reference is not None, reference_s,
+                  resumed_from=saved.step if saved is not None else 0,
                   checkpoint_s=checkpoints.seconds if checkpoints is not None else 0.0)
 
 
-def start(method: Method, cfg: RunConfig, compiled: Compiled, meter: ErrorMeter) -> RunState:
-    """A run at t = 0: its history sized for the steps it will take (grown under ``dt:
-    auto``), θ₀'s error measured, and the estimate started from it (exact: u₀ is known)."""
-    n_times = cfg.n_steps + 1 if not cfg.adaptive else 1
-    history = History.empty(method.n_steps or 0, n_times)
-    if not cfg.adaptive:
-        history.times[:] = np.arange(n_times) * cfg.dt
-    run = RunState(method.init(), 0, history, Clock(),
-                   controller=ControllerState(dt=cfg.controller.dt_initial) if cfg.adaptive else None)
-    if method.sequential:
-        meter(0, run.state, run)
-        if compiled.estimate is not None:
-            run.estimate, history.u_sq[0] = compiled.estimate.start(run.state)
-            history.est[0] = run.estimate.error
-    return run
+def reporting(on_step: Callable[[StepRecord], None]) -> driver.Callback:
+    """``on_step(record)`` as a callback (what it returns does not stop the run)."""
+    def callback(record: StepRecord, state: driver.RunState) -> None:
+        on_step(record)
+    return callback
 
 
-def accept(run: RunState, step: Step, method: Method, cfg: RunConfig, meter: ErrorMeter,
-           divergence_factor: float) -> StepRecord:
-    """Step n in: its error measured, the estimate advanced, checked for divergence (which
-    raises, the run still at step n − 1), kept in the history, the run advanced to it;
-    the record to report."""
-    n, history = step.n, run.history
-    method_metrics = {k: float(v) for k, v in step.record.metrics.items()}
-    if step.dt is not None:  # dt: auto
-        history.reserve(n)
-        history.times[n] = step.t
-        method_metrics.update(t=step.t, dt=step.dt)
-    estimate, step_dt = meter.compiled.estimate, step.dt if step.dt is not None else cfg.dt
-    if estimate is not None:
-        clock = time.perf_counter()
-        vectors, scalars = estimate.local(n, run.state, step.state, step_dt, run.t)
-        history.u_sq[n] = scalars.pop("u_l2") ** 2
-        method_metrics.update(scalars)
-        run.clock.estimate_s += time.perf_counter() - clock
-    metrics = dict(method_metrics)
-    if method.sequential:
-        if (rel_l2 := meter(n, step.state, run)) is not None:
-            metrics["rel_l2"] = rel_l2
-        if meter.compiled.boundary is not None:
-            metrics["boundary_max_abs"] = float(history.boundary[n])
-    why = divergence_reason(metrics, history.metrics.get("step_loss"), n, divergence_factor,
-                            scale=float(history.ref_sq[n]) if method.sequential else 0.0)
-    if why is None and estimate is not None:
-        history.est[n] = run.estimate.advance(step_dt, method_metrics, vectors["defect"])
-        metrics["est_rel_l2"] = float(history.est[n] / np.sqrt(history.u_sq[n]))
-        if not np.isfinite(metrics["est_rel_l2"]):
-            why = "non-finite est_rel_l2"
-    if why is not None:
-        where = f"step {n} (t={history.times[n]:.6g})" if method.sequential else f"block {n}"
-        raise Diverged(f"{cfg.method.name} diverged at {where}: {why}", n, n - 1)
-    run.clock.stepping += step.seconds
-    history.wall[n - 1] = run.clock.stepping
-    for k, v in method_metrics.items():
-        history.metrics.setdefault(k, np.full(len(history.wall), np.nan))[n - 1] = v
-    metrics["wall_time_s"] = run.clock.stepping
-    record = step.record.at(metrics=metrics, step=n, of=method.n_steps,
-                            t=float(history.times[n]) if method.sequential else None)
-    history.tables.append(record.table())
-    run.state, run.n = step.state, n
-    return record
+def load_reference(cfg: RunConfig, cache_dir) -> tuple[object | None, float]:
+    """The run's reference (None: none, the run's error is its estimate) and the seconds it
+    took: at any t under ``dt: auto``, else at the steps' times."""
+    if not cfg.has_reference:
+        return None, 0.0
+    start = time.perf_counter()
+    if cfg.adaptive:
+        reference = cfg.equation.reference_anytime(cfg.t_final, cache_dir=cache_dir)
+    else:
+        reference = cfg.equation.reference(np.arange(cfg.n_steps + 1) * cfg.dt, cache_dir=cache_dir)
+    return reference, time.perf_counter() - start
 
 
-def result(run: RunState, method: Method, compiled: Compiled, meter: ErrorMeter, reference_s: float, *,
-           resumed_from: int, checkpoint_s: float) -> RunResult:
-    """The :class:`RunResult` of a run that reached its end."""
-    history, n = run.history, run.n
-    n_times = n + 1 if run.controller is not None else len(history.times)
-    err_sq, ref_sq, times = history.err_sq[:n_times], history.ref_sq[:n_times], history.times[:n_times]
-    per_step = {k: v[:n] for k, v in history.metrics.items()}
-    scalars = {"iterations_total": run.iterations}
-    if run.estimate is not None:
-        scalars["est_global_rel_l2"] = global_relative_l2(history.est[:n_times] ** 2, history.u_sq[:n_times], times)
-        scalars["estimate_s"] = run.clock.estimate_s
-    if run.controller is not None:
-        scalars["steps_accepted"], scalars["steps_rejected"] = run.controller.accepted, run.controller.rejected
-    measured = meter.reference is not None
+def measure_curve(loop: driver.Loop, state: driver.RunState, cfg: RunConfig) -> tuple[list[Row], float]:
+    """A global-in-time method's field at every step time ``n·dt``, measured once it is
+    trained, and the seconds it took."""
+    rows, seconds = [], 0.0
+    for n in range(cfg.n_steps + 1):
+        fields, elapsed = loop.meter.measure(n, n * cfg.dt, state.method, keep_state=False)
+        rows.append(Row(n, n * cfg.dt, **fields))
+        seconds += elapsed
+    return rows, seconds
+
+
+def result(state: driver.RunState, curve: Sequence[Row], curve_s: float, method: Method, program: driver.Program,
+           measured: bool, reference_s: float, *, resumed_from: int, checkpoint_s: float) -> RunResult:
+    """The :class:`RunResult` of a run that reached its end; ``curve``: its rows at the
+    step times (a sequential run's own; ``curve_s`` the seconds of measuring them apart);
+    ``measured``: against a reference."""
+    steps = [r for r in state.rows if r.n > 0]
+    names = dict.fromkeys(k for r in steps for k in r.metrics)
+    per_step = {k: np.array([r.metrics.get(k, np.nan) for r in steps], np.float64) for k in names}
+    times, err_sq, ref_sq, u_sq, est = (np.array([getattr(r, key) for r in curve], np.float64)
+                                        for key in ("t", "err_sq", "ref_sq", "u_sq", "est"))
+    scalars = {"iterations_total": state.iterations}
+    if state.estimate is not None:
+        scalars["est_global_rel_l2"] = global_relative_l2(est**2, u_sq, times)
+        scalars["estimate_s"] = state.clock.estimate_s
+    if state.controller is not None:
+        scalars["steps_accepted"], scalars["steps_rejected"] = state.controller.accepted, state.controller.rejected
     return RunResult(
         times=times, rel_l2=np.sqrt(err_sq / ref_sq) if measured else None, metrics=per_step,
-        wall_time_s=history.wall[:n], global_rel_l2=global_relative_l2(err_sq, ref_sq, times) if measured else None,
-        runtime_s=run.clock.stepping,
-        eval_s=run.clock.eval_s, compile_s=compiled.seconds, fit_report=method.fit_report(),
-        reference_s=reference_s, events={k: int(np.nansum(per_step[k])) for k in EVENTS if k in per_step},
-        network=method.network(run.state), losses=history.tables, snapshots=meter.snapshots,
-        sequential=method.sequential, inner_measure=method.inner_measure, holdout=method.holdout_limits(),
-        resumed_from=resumed_from, checkpoint_s=checkpoint_s,
-        est_rel_l2=history.est[:n_times] / np.sqrt(history.u_sq[:n_times]), scalars=scalars,
-        estimate=compiled.estimate.kind if compiled.estimate is not None else "none",
+        wall_time_s=np.array([r.wall for r in steps], np.float64),
+        global_rel_l2=global_relative_l2(err_sq, ref_sq, times) if measured else None,
+        runtime_s=state.clock.stepping, eval_s=state.clock.eval_s + curve_s, compile_s=program.seconds,
+        fit_report=method.fit_report(), reference_s=reference_s,
+        events={k: int(np.nansum(per_step[k])) for k in EVENTS if k in per_step},
+        network=method.network(state.method), losses=[r.table for r in steps],
+        snapshots={r.n: r.snapshot for r in curve if r.snapshot is not None}, sequential=method.sequential,
+        inner_measure=method.inner_measure, holdout=method.holdout_limits(), resumed_from=resumed_from,
+        checkpoint_s=checkpoint_s, est_rel_l2=est / np.sqrt(u_sq), scalars=scalars,
+        estimate=program.estimate.kind if program.estimate is not None else "none",
     )
-
-
-def divergence_reason(metrics: Mapping[str, float], losses: np.ndarray | None, n: int, factor: float,
-                      scale: float = 0.0) -> str | None:
-    """Why step ``n`` with ``metrics`` counts as diverged (``losses``: the step losses
-    so far, by step), or None. The median they are compared with is floored at
-    ``ε·scale`` (``scale`` = ‖u_ref‖² at the step, ε the float64 machine epsilon):
-    losses at round-off level may jump by orders of magnitude without diverging."""
-    bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
-    if bad:
-        return f"non-finite {', '.join(bad)}"
-    loss = metrics.get("step_loss")
-    if loss is None or losses is None or n < 2:
-        return None
-    median = max(float(np.median(losses[: n - 1])), float(np.finfo(np.float64).eps) * scale)
-    if median > 0 and loss > factor * median:
-        return (f"step_loss {loss:.3e} is {loss / median:.3g} times the median of the steps before it "
-                f"(divergence_factor={factor:g})")
-    return None

@@ -54,7 +54,7 @@ class Toy(Method):
     def init(self):
         return {"a": jnp.array([1.0, 0.5, -0.25]), "n": jnp.zeros((), jnp.int32)}
 
-    def step(self, state, key):
+    def step(self, state, key, inputs):
         n = state["n"] + 1
         a = state["a"] * self.growth + 1e-6 * jax.random.normal(key, (3,))
         a = jnp.where(n == self.nan_at, jnp.nan, a)
@@ -107,12 +107,12 @@ class Decay(Method):
     def init(self):
         return jnp.array([1.0, 0.5, -0.25])
 
-    def step(self, state, key, dt=None):
-        a = state * (1.0 - dt)
+    def step(self, state, key, inputs):
+        a = state * (1.0 - inputs.dt)
         if self.delay:
             jax.debug.callback(lambda: time.sleep(self.delay), ordered=True)
         record = StepRecord(losses=jnp.zeros((1, 1)), inner=jnp.zeros((1, 1)),
-                            metrics={"step_loss": jnp.zeros(()), "local_error": self.constant * dt**2,
+                            metrics={"step_loss": jnp.zeros(()), "local_error": self.constant * inputs.dt**2,
                                      "u_l2": jnp.sqrt(jnp.sum(a * a))})
         return a, record
 

@@ -8,11 +8,12 @@ method receives only the settings it uses, as plain values, and the :class:`Prob
 * ``cls.check(options, problem, name)`` refuses what it cannot run; then
   ``method = cls.build(options, problem, cache_dir=…, log=…)``;
 * ``state = method.init()``: its whole state, a pytree of arrays (checkpointed as is);
-* ``state, record = method.step(state, key)``, ``method.n_steps`` times, compiled once:
-  a *sequential* method advances one Δt, a global-in-time one (``sequential = False``,
-  a PINN) runs one block of its optimisation; ``record``: a :class:`~teng_eq.results.StepRecord`;
-  a method with an embedded error estimate (``cls.error_order(options) > 0``) also steps
-  as ``method.step(state, key, dt)`` under ``dt: auto``, reporting ``local_error`` and
+* ``state, record = method.step(state, key, inputs)``, compiled once, called by the run
+  loop (:func:`teng_eq.driver.advance`): a *sequential* method advances one Δt, a
+  global-in-time one (``sequential = False``, a PINN) runs one block of its optimisation;
+  ``inputs``: the :class:`StepInputs` its program takes; ``record``: a
+  :class:`~teng_eq.results.StepRecord`; a method with an embedded error estimate
+  (``cls.error_order(options) > 0``) takes Δt there and reports ``local_error`` and
   ``u_l2`` (:mod:`teng_eq.controller`);
 * ``method.defect(hermite)``: the local terms of the a-posteriori error estimate
   (:class:`teng_eq.estimate.Defect`), or None for a method without one;
@@ -38,6 +39,25 @@ from teng_eq.grid import Quadrature
 from teng_eq.initial_fit import FitOptions, FitReport, cached_initial_parameters, resolve_init
 from teng_eq.model import NetworkConfig, ParamSpace, TENGNet, build_network, parameter_count
 from teng_eq.results import StepRecord
+
+
+class StepInputs(eqx.Module):
+    """What one step is given besides its state and key: its size ``dt``, the local error
+    it may ``expected`` (TENG's ``local_error`` stopping) and its start ``t``; None where
+    the step's program does not take it (:func:`teng_eq.driver.step_inputs` decides)."""
+
+    dt: Float[Array, ""] | float | None = None
+    expected: Float[Array, ""] | float | None = None
+    t: Float[Array, ""] | float | None = None
+
+    def given(self, dt: float, expected: float, t: float) -> StepInputs:
+        """The inputs of one step: these values in the fields this template takes."""
+        return StepInputs(*(v if f is not None else None
+                            for f, v in ((self.dt, dt), (self.expected, expected), (self.t, t))))
+
+    @property
+    def start(self) -> Float[Array, ""] | float:
+        return 0.0 if self.t is None else self.t  # an autonomous L does not read it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +108,10 @@ class Method(eqx.Module):
 
     @property
     def expects_error(self) -> bool:
-        """Whether ``step`` takes the step's expected local error as a fourth argument
-        (``method.step(state, key, dt, expected)``: TENG under the ``local_error`` stopping
-        policy); the driver passes the last step's ``local_error`` scaled to the new Δt."""
+        """Whether ``step`` reads ``inputs.expected`` (TENG under the ``local_error``
+        stopping policy); the loop passes the last step's ``local_error`` scaled to the new Δt."""
         return False
+
 
     def defect(self, hermite: bool):
         """The :class:`~teng_eq.estimate.Defect` of the run's error estimate (``hermite``:
@@ -126,7 +146,7 @@ class Method(eqx.Module):
     def init(self) -> PyTree:
         raise NotImplementedError
 
-    def step(self, state: PyTree, key: PRNGKeyArray) -> tuple[PyTree, StepRecord]:
+    def step(self, state: PyTree, key: PRNGKeyArray, inputs: StepInputs) -> tuple[PyTree, StepRecord]:
         raise NotImplementedError
 
     def values(self, state: PyTree, points: Float[Array, "n dim"], t) -> Float[Array, " n"]:

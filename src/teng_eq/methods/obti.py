@@ -33,7 +33,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from teng_eq.equations import Equation, network_operator
 from teng_eq.errors import bad
 from teng_eq.grid import norm2
-from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions, require_periodic_domain
+from teng_eq.methods.base import Problem, StepInputs, ThetaMethod, ThetaOptions, require_periodic_domain
 from teng_eq.options import at_least
 from teng_eq.results import StepRecord
 
@@ -98,9 +98,9 @@ class OBTI(ThetaMethod):
         return theta, jnp.concatenate([values, loss(theta)[None]]), gnorms
 
     def step(
-        self, state: Float[Array, " params"], key: PRNGKeyArray, t=0.0
+        self, state: Float[Array, " params"], key: PRNGKeyArray, inputs: StepInputs
     ) -> tuple[Float[Array, " params"], StepRecord]:
-        theta, losses, gnorms = self.fit(state, self.target(state, t))
+        theta, losses, gnorms = self.fit(state, self.target(state, inputs.start))
         return theta, StepRecord(losses=losses[None], inner=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
                                  metrics={"step_loss": losses[-1]})
 

@@ -37,7 +37,7 @@ from scipy.stats import qmc
 
 from teng_eq.equations import Equation, operator
 from teng_eq.errors import bad
-from teng_eq.methods.base import Method, Problem, require_periodic_domain
+from teng_eq.methods.base import Method, Problem, StepInputs, require_periodic_domain
 from teng_eq.model import ParamSpace, PeriodicEmbedding
 from teng_eq.options import at_least
 from teng_eq.results import StepRecord
@@ -197,7 +197,7 @@ class PINN(Method):
         theta = self.theta_init
         return PINNState(theta=theta, loss=self.loss(theta), optimizer=self.init_optimizer(theta))
 
-    def step(self, state: PINNState, key: PRNGKeyArray) -> tuple[PINNState, StepRecord]:
+    def step(self, state: PINNState, key: PRNGKeyArray, inputs: StepInputs) -> tuple[PINNState, StepRecord]:
         def body(s, _):
             new, measured = self.iteration(s)
             return new, (s.loss, measured)

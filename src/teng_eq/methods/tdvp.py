@@ -27,8 +27,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.equations import Equation, network_operator
 from teng_eq.initial_fit import check_least_squares
-from teng_eq.integrators import RK4, ButcherTableau, explicit_rk
-from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions, require_periodic_domain
+from teng_eq.integrators import RK4, ButcherTableau, combine, rk_slopes
+from teng_eq.methods.base import Problem, StepInputs, ThetaMethod, ThetaOptions, require_periodic_domain
 from teng_eq.results import RESULTS, StepRecord, event_counts
 from teng_eq.stage import StageSolver, random_subset
 
@@ -86,21 +86,21 @@ class TDVP(ThetaMethod):
         return jnp.zeros_like(theta).at[subset].set(x), rho, results
 
     def step(self, state: Float[Array, " params"], key: PRNGKeyArray,
-             t=0.0) -> tuple[Float[Array, " params"], StepRecord]:
+             inputs: StepInputs) -> tuple[Float[Array, " params"], StepRecord]:
         keys = jax.random.split(key, self.tableau.stages)
         nodes = [0.0] + [sum(row) for row in self.tableau.a]  # slope j at t + cⱼΔt
-        rho, events = [], []
+        t = inputs.start
 
-        def slope(j, theta):
+        def slope(j, theta, measured):
             k, r, results = self.velocity(theta, keys[j], t + nodes[j] * self.dt)
-            rho.append(r)
-            events.append(event_counts(*results))
-            return k
+            return k, (*measured, (r, event_counts(*results)))
 
-        theta = explicit_rk(self.tableau, self.dt, state, slope(0, state), slope)
-        rho = jnp.stack(rho)
+        k1, measured = slope(0, state, ())
+        slopes, measured = rk_slopes(self.tableau, self.dt, state, k1, slope, measured)
+        theta = combine(state, self.dt, self.tableau.b, slopes)
+        rho = jnp.stack([r for r, _ in measured])
         return theta, StepRecord(
             losses=(self.dt**2 * rho)[:, None], inner=rho[:, None],
             metrics={"step_loss": self.dt**2 * jnp.dot(jnp.asarray(self.tableau.b), rho),
-                     **jax.tree_util.tree_map(lambda *c: sum(c), *events)},
+                     **jax.tree_util.tree_map(lambda *c: sum(c), *(e for _, e in measured))},
         )

@@ -19,7 +19,7 @@ from teng_eq.errors import bad
 from teng_eq.estimate import Defect
 from teng_eq.initial_fit import check_least_squares
 from teng_eq.integrators import TABLEAUS, Holdout, TENGStep
-from teng_eq.methods.base import Problem, ThetaMethod, ThetaOptions
+from teng_eq.methods.base import Problem, StepInputs, ThetaMethod, ThetaOptions
 from teng_eq.options import at_least, one_of
 from teng_eq.results import StepRecord
 from teng_eq.stage import StageSolver, Stopping
@@ -119,15 +119,14 @@ class TENG(ThetaMethod):
     def parameters(self, state) -> Float[Array, " params"]:
         return state.theta if isinstance(state, Extrapolating) else state
 
-    def step(self, state, key: PRNGKeyArray, dt=None, expected=None, t=0.0) -> tuple[object, StepRecord]:
+    def step(self, state, key: PRNGKeyArray, inputs: StepInputs) -> tuple[object, StepRecord]:
+        dt = self.advance.dt if inputs.dt is None else inputs.dt
         if not isinstance(state, Extrapolating):
-            return self.advance(state, key, dt, expected, t=t)
-        theta, record = self.advance(state.theta, key, dt, expected, rate=state.rate, t=t)
-        h = self.advance.dt if dt is None else dt
-        # Times 1/h, not over h: XLA compiles a division by a constant Δt so, and Δt is an
-        # argument of the compiled step (teng_eq.driver.lower_step) since fixed-Δt runs
-        # had it as a constant: written this way their results stayed the same bit for bit.
-        return Extrapolating(theta, (theta - state.theta) * (1.0 / h)), record
+            return self.advance(state, key, dt, inputs.expected, t=inputs.start)
+        theta, record = self.advance(state.theta, key, dt, inputs.expected, rate=state.rate, t=inputs.start)
+        # Times 1/Δt, not over Δt: XLA compiles a division by a constant Δt so, and a
+        # fixed-Δt run's program has Δt as an argument, which must give the same rate.
+        return Extrapolating(theta, (theta - state.theta) * (1.0 / dt)), record
 
     @property
     def expects_error(self) -> bool:

@@ -57,6 +57,7 @@ from teng_eq.search.study import (
     study_name,
 )
 from teng_eq.tracking import PARENT_RUN_ENV, default_tracking_uri, open_client
+from teng_eq.tracking.sweep import config_root
 from teng_eq.tracking.trials import STUDY_ENV, finished_twin, set_tags, study_runs, trial_run
 
 log = logging.getLogger(__name__)
@@ -71,14 +72,6 @@ def _deferred() -> Iterator[None]:
     finally:
         interrupts.defer(False)
     interrupts.check()
-
-
-def _config_root(config: DictConfig) -> Path:
-    """The folder holding the primary config folder (``conf/``): the repo root."""
-    for source in config.hydra.runtime.config_sources:
-        if source.provider == "main" and source.schema == "file":
-            return Path(source.path).parent
-    return Path.cwd()
 
 
 class FrontierSweeper(Sweeper):
@@ -112,7 +105,7 @@ class FrontierSweeper(Sweeper):
         cfg = self.config
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         space = parse_space(parser, self.params, arguments)
-        root = _config_root(cfg)
+        root = config_root(cfg)
         uri = cfg.tracking_uri or default_tracking_uri(root)
         storage = self.storage or default_storage(uri, root)
         name = self.study_name or study_name(str(cfg.experiment_name), space, self.error, self.cost)

@@ -1,22 +1,7 @@
-"""MLflow tracking: the only part of the library that imports MLflow (always
-on first use, never at import).
-
-* :mod:`~teng_eq.tracking.store`: where the store is, whether it answers,
-  experiments, liveness of RUNNING runs (heartbeats) and reaping stale ones;
-* :mod:`~teng_eq.tracking.claims`: which run a job writes — a new one, its
-  configuration's unfinished run resumed, or none (finished) — decided under a lock;
-* :mod:`~teng_eq.tracking.writer`: batched writes in the background that wait out a
-  store that goes away;
-* :mod:`~teng_eq.tracking.logger`: a job's run — opened in the background, its
-  metrics and artifacts, ended FINISHED / FAILED / KILLED;
-* :mod:`~teng_eq.tracking.unlogged`: what a run could not log (its store never
-  came back), kept on disk, and the command that logs it later;
-* :mod:`~teng_eq.tracking.sweep`: the Hydra callback that makes a multirun one
-  parent run (``teng_eq.tracking.SweepCallback`` in ``conf/config.yaml``);
-* :mod:`~teng_eq.tracking.readers`: runs read back for ``pipeline/analyze.py``;
-* :mod:`~teng_eq.tracking.trials`: a frontier search's trials (tags ``study``, ``trial``)
-  and their runs, for the frontier sweeper (:mod:`teng_eq.search`).
-"""
+"""MLflow tracking: the only part of the library that imports MLflow (always on first
+use, never at import): the store, which run a job writes (claims), batched writes, a
+job's run logger, what a run could not log, the sweep callback, the readers of
+``pipeline/analyze.py`` and a frontier search's trials, one module each."""
 
 from teng_eq.tracking.readers import (
     SelectionError,

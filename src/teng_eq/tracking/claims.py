@@ -86,12 +86,13 @@ class Heartbeat:
 @dataclasses.dataclass
 class Opened:
     """The run a job writes (``outcome``: ``new``, ``resumed`` or ``skipped``), with the
-    metric steps and params it already holds."""
+    metric steps and params it already holds; or (``busy``, :func:`_claim` only) the run of
+    the configuration that a live process holds."""
 
     client: Any
     run_id: str
-    outcome: str  # "new", "resumed" or "skipped"
-    previous: Any = None  # the FINISHED run (skipped) or the reopened one (resumed)
+    outcome: str  # "new", "resumed", "skipped" or "busy"
+    previous: Any = None  # the FINISHED run (skipped), the reopened one (resumed), the live one (busy)
     logged: dict[str, set[int]] = dataclasses.field(default_factory=dict)
     params: set[str] = dataclasses.field(default_factory=set)
     heartbeat: Heartbeat | None = None
@@ -130,9 +131,9 @@ def _is_mine(run, mine: Mapping[str, str]) -> bool:
     return all(run.data.tags.get(k) == mine[k] for k in ("host", "pid", "pid_start", "heartbeat"))
 
 
-def _claim(client, exp_id, run_name, tags, config_hash, resume):
-    """Decide what this job does with its configuration's runs, and do it: an
-    :class:`Opened`, or the live run of another process that holds it."""
+def _claim(client, exp_id, run_name, tags, config_hash, resume) -> Opened:
+    """Decide what this job does with its configuration's runs, and do it; ``busy``: the
+    live run of another process holds it."""
     if config_hash is None or not resume:
         return Opened(client, client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id, "new")
     runs = search(client, [exp_id], f"tags.config_hash = '{config_hash}' and tags.run_kind = 'job'",
@@ -150,7 +151,7 @@ def _claim(client, exp_id, run_name, tags, config_hash, resume):
             return _resume(client, r, None) if "attempt" in r.data.tags else Opened(client, r.info.run_id, "new")
     live = [r for r in runs if r.info.status == "RUNNING" and not is_stale(r.data.tags)]
     if live:
-        return live[0]
+        return Opened(client, live[0].info.run_id, "busy", previous=live[0])
     if runs:
         return _resume(client, runs[0], tags)
     return Opened(client, client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id, "new")
@@ -168,13 +169,13 @@ def open_run(tracking_uri, experiment, artifact_root, run_name, tags, config_has
         with file_lock(claim_lock) if claim_lock is not None else contextlib.nullcontext():
             opened = retrying(_claim, client, exp_id, run_name, tags, config_hash, resume, budget_s=retry_s,
                               what=tracking_uri, stop=cancel)
-        if isinstance(opened, Opened):
+        if opened.outcome != "busy":
             break
-        t = opened.data.tags
+        t = opened.previous.data.tags
         pid = f"pid {t.get('pid', '?')} on {t.get('host', '?')}"
-        holder = f"run {opened.info.run_id} ({pid})"
+        holder = f"run {opened.run_id} ({pid})"
         if not wait:
-            raise RunInProgress(f"config_hash={config_hash}: run {opened.info.run_id} of this configuration is "
+            raise RunInProgress(f"config_hash={config_hash}: run {opened.run_id} of this configuration is "
                                 f"still being written ({pid}); resume=false starts a separate run")
         if not said:
             _log.info("config_hash=%s is being run by %s: waiting for it to end", config_hash, holder)

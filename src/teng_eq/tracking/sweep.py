@@ -50,7 +50,7 @@ PARENT_RUN_ENV = "TENG_EQ_PARENT_RUN"
 CLOSE_RETRY_S = 60.0
 
 
-def _config_root(config) -> Path:
+def config_root(config) -> Path:
     """The folder holding the primary config folder (``conf/``): the repo root."""
     for source in config.hydra.runtime.config_sources:
         if source.provider == "main" and source.schema == "file":
@@ -124,7 +124,7 @@ class SweepCallback:
         interrupts.install()
 
     def _open(self, config) -> None:
-        root = _config_root(config)
+        root = config_root(config)
         uri = config.tracking_uri or default_tracking_uri(root)
         self.retry_s = float(config.get("store_retry_s", self.retry_s))
         client = open_client(uri)
