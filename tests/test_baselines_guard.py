@@ -25,7 +25,7 @@ BANDS = {
     "heat-obti_adam": (2.0e-4, 4.5e-4),
     "heat-obti_lbfgs": (1.2e-4, 3.2e-4),
     "heat-pinn_bfgs": (4.0e-4, 1.6e-3),
-    "heat-pinn_engd": (2.5e-4, 4.0e-3),
+    "heat-pinn_engd": (5.0e-5, 4.0e-3),
 }
 
 
