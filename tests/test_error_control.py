@@ -268,7 +268,7 @@ def test_estimate_bounds_the_error_where_projection_is_exact(kind):
     u0 = np.asarray(eq.u0(np.asarray(fit_points).T))
     theta0 = np.linalg.lstsq(np.asarray(model.basis(fit_points)), u0, rcond=None)[0]
     theta = jnp.asarray(theta0)
-    defect = Defect(model, eq, held, hermite=kind.startswith("hermite"))
+    defect = Defect(model, eq, held, kind)
     e0, _ = defect.initial(theta)
     assert float(defect.norm(e0)) < 1e-14
     estimate = ErrorEstimate.start(kind, np.asarray(defect.weights), np.asarray(e0))
@@ -301,7 +301,7 @@ def test_hermite_local_estimate_is_heuns_local_error_to_leading_order():
     points = jnp.asarray(np.stack(np.meshgrid(*(np.arange(16) * TWO_PI / 16,) * 2, indexing="ij"), -1).reshape(-1, 2))
     theta = jnp.asarray(_theta0(model, eq, points))
     rates = -eq.nu * np.sum(np.asarray(model.waves) ** 2, axis=1)
-    defect = Defect(model, eq, held, hermite=True)
+    defect = Defect(model, eq, held, "hermite")
     dts, est, true = [0.05, 0.1, 0.2, 0.4], [], []
     for dt in dts:
         new = _heun_by_projection(model, eq, theta, dt, points)

@@ -89,7 +89,7 @@ def test_an_operator_of_any_form_is_the_short_form_where_they_agree(warm_cache):
     points = heat.evaluation(16).points
     np.testing.assert_allclose(operator(general, lambda p: method.space.apply(theta0, p), points),
                                operator(heat, lambda p: method.space.apply(theta0, p), points), rtol=0, atol=1e-12)
-    short, other = (Defect(method.space, eq, heat.holdout(32, 16), hermite=True) for eq in (heat, general))
+    short, other = (Defect(method.space, eq, heat.holdout(32, 16), "hermite") for eq in (heat, general))
     assert short.short and not other.short and other.hermite
     (v0, _), (v1, _) = (d.combine(d.fields(theta0), d.fields(theta1), 0.01, (theta0, theta1), 0.0)
                         for d in (short, other))

@@ -7,6 +7,8 @@ overrides and checks, with or without MLflow.
     result = run(Mine(name="mine", nu=0.1, a=1.0, lengths=(6.283185307179586,) * 2,
                       initial_condition="waves"), "grid=32")  # an instance: no yaml needed
     result.times, result.rel_l2, result.est_rel_l2, result.network
+    result.field(points), result.field.on_grid(128)       # û at the end: any (n, dim) points, a grid
+    load_run("<run id>").on_grid()                        # the same from a logged run (or its folder)
 
 :func:`run` composes ``conf/`` with Hydra's compose API (this module is, with
 :mod:`teng_eq.preflight` and :mod:`teng_eq.search`, one of the places that import
@@ -30,6 +32,8 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from teng_eq import tracking
+from teng_eq.config import RunConfig
 from teng_eq.equations import Equation
 from teng_eq.errors import ConfigError, bad
 from teng_eq.job import JobContext, enable_compilation_cache, tracked_job
@@ -37,7 +41,7 @@ from teng_eq.options import user_folders_on_path
 from teng_eq.preflight import one_line, check_group_choices, validate_job, with_config_dir
 from teng_eq.results import StepRecord
 from teng_eq.driver import Callback
-from teng_eq.simulation import RunResult, reporting, run_simulation
+from teng_eq.simulation import FinalField, RunResult, load_network, reporting, run_simulation
 
 #: The checkout whose ``conf/`` the API composes (``pip install -e .``: the repository),
 #: and where the default MLflow store is (``<root>/mlflow.db``), as for ``pipeline/sweep.py``.
@@ -103,6 +107,35 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
         raise ConfigError("invalid config: this configuration's run is FINISHED in the store already "
                           "(skipped); pass 'resume=false' to run it again")
     return result
+
+
+def load_run(run: str | Path, *, tracking_uri: str | None = None) -> FinalField:
+    """The final field of a logged run (:class:`~teng_eq.simulation.FinalField`: evaluate it
+    on any points, or on a grid), from its ``params/theta.eqx`` and the resolved config
+    beside it (``config/config.yaml``). ``run``: an MLflow run id (in ``tracking_uri``; None:
+    the checkout's default store), or a run's artifact folder (or its ``theta.eqx``). A
+    user's equation must be importable, as for the run (its file in the current folder)."""
+    path = Path(run).expanduser()
+    with tempfile.TemporaryDirectory(prefix="teng-eq-run-") as tmp:
+        if path.exists():
+            folder = path.parent.parent if path.is_file() else path
+        else:
+            uri = tracking_uri or tracking.default_tracking_uri(ROOT)
+            try:
+                copies = {name: tracking.artifact_copies(uri, [str(run)], name, Path(tmp)).get(str(run))
+                          for name in ("config/config.yaml", "params/theta.eqx")}
+            except tracking.SelectionError as err:
+                raise bad("run", str(run), str(err)) from None
+            if None in copies.values():
+                raise bad("run", str(run), f"no run with params/theta.eqx and config/config.yaml in {uri} "
+                          "(a FINISHED run of pipeline/sweep.py or run(..., mlflow=True) has both)")
+            folder = Path(tmp) / str(run)
+        config, theta = folder / "config" / "config.yaml", folder / "params" / "theta.eqx"
+        if not (config.is_file() and theta.is_file()):
+            raise bad("run", str(run), f"{folder} holds no config/config.yaml and params/theta.eqx")
+        user_folders_on_path()
+        cfg = RunConfig.from_mapping(OmegaConf.to_container(OmegaConf.load(config), resolve=True))
+        return FinalField(cfg, load_network(cfg, theta))
 
 
 def compose_job(conf_dir: Path, overrides: Sequence[str], *, group: Mapping | None = None,

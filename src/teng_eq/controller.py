@@ -60,13 +60,14 @@ class ControllerState:
 @dataclasses.dataclass(frozen=True)
 class Controller:
     """The ``controller`` config group (module docstring): tolerances ``rtol`` and
-    ``atol`` (relative to ‖û‖ and absolute, L² norms), the first try ``dt_initial``,
-    bounds ``dt_min``, ``dt_max``, the ``safety`` factor, and ``outputs``: the horizon
-    is split into this many equal intervals whose ends every run lands on."""
+    ``atol`` (relative to ‖û‖ and absolute, L² norms), the first try ``dt_initial`` (a
+    number, or ``auto``: :meth:`first_step`), bounds ``dt_min``, ``dt_max``, the ``safety``
+    factor, and ``outputs``: the horizon is split into this many equal intervals whose
+    ends every run lands on."""
 
     rtol: float
     atol: float
-    dt_initial: float
+    dt_initial: float | str
     dt_min: float
     dt_max: float
     safety: float
@@ -79,13 +80,33 @@ class Controller:
     def validate(self, prefix: str) -> None:
         if not (self.rtol >= 0 and self.atol >= 0 and self.rtol + self.atol > 0):
             raise bad(f"{prefix}.rtol", self.rtol, f"rtol and atol must be >= 0, not both 0 (atol={self.atol})")
-        if not 0 < self.dt_min <= self.dt_initial <= self.dt_max:
+        if self.dt_initial != "auto" and not (isinstance(self.dt_initial, float)
+                                              and 0 < self.dt_min <= self.dt_initial <= self.dt_max):
             raise bad(f"{prefix}.dt_initial", self.dt_initial,
-                f"must satisfy 0 < dt_min={self.dt_min} <= dt_initial <= dt_max={self.dt_max}")
+                f"must be auto or satisfy 0 < dt_min={self.dt_min} <= dt_initial <= dt_max={self.dt_max}")
+        if not 0 < self.dt_min <= self.dt_max:
+            raise bad(f"{prefix}.dt_min", self.dt_min, f"must satisfy 0 < dt_min <= dt_max={self.dt_max}")
         if not 0 < self.safety <= 1:
             raise bad(f"{prefix}.safety", self.safety, "must be in (0, 1]")
         if self.outputs < 1:
             raise bad(f"{prefix}.outputs", self.outputs, "must be an integer >= 1")
+
+    def first_step(self, norm: float, derivative: float | None, constant: float, order: int,
+                   t_final: float) -> float:
+        """The first try's size: ``dt_initial``, or under ``auto`` the size whose embedded
+        estimate ``|C| Δt^q ‖∂ₜ^q u‖`` (``constant`` C, ``order`` q, ``derivative`` ‖∂ₜ^q u‖ at
+        t = 0) is ``safety`` times the tolerance ``atol + rtol ‖û₀‖`` (``norm``), within
+        [``dt_min``, ``dt_max``]; without a derivative (off a periodic box, another estimate)
+        ``t_final``/200."""
+        if self.dt_initial != "auto":
+            return self.dt_initial
+        if derivative is None or constant == 0.0:
+            h = t_final / 200
+        elif derivative * abs(constant) <= 0.0:
+            h = self.dt_max
+        else:
+            h = (self.safety * (self.atol + self.rtol * norm) / (abs(constant) * derivative)) ** (1.0 / order)
+        return min(max(h, self.dt_min), self.dt_max, t_final)
 
     def stops(self, t_final: float, extra: Sequence[float] = ()) -> list[float]:
         """The times every run lands on: ``t_final·k/outputs`` (k = 1 … outputs) and the

@@ -53,7 +53,7 @@ class Program:
         at = lambda where: jax.jit(lambda s, t: method.values(s, where, t)).lower(state, 0.0).compile()
         evaluate, boundary = at(points), cfg.equation.boundary_points(cfg.eval_grid)
         on_boundary = None if boundary is None else at(boundary)
-        defect = None if cfg.estimate == "none" else method.defect(cfg.estimate.startswith("hermite"))
+        defect = None if cfg.estimate == "none" else method.defect(cfg.estimate)
         estimate = None if defect is None else CompiledEstimate(defect, cfg.estimate, method.parameters, state)
         return cls(step, evaluate, on_boundary, estimate, inputs, time.perf_counter() - start)
 
@@ -144,7 +144,13 @@ class Adaptive:
     controller: Controller
     stops: Sequence[float]
     order: int
+    constant: float  # of the embedded estimate's leading term (Method.error_constant)
     logs_time = True
+
+    def first(self, norm: float, derivative: float | None) -> ControllerState:
+        """The controller's state before the first try (:meth:`Controller.first_step`)."""
+        return ControllerState(self.controller.first_step(norm, derivative, self.constant, self.order,
+                                                          self.stops[-1]))
 
     def done(self, state: RunState) -> bool:
         return state.t >= self.stops[-1]
@@ -178,9 +184,11 @@ class Meter:
         return self.reference.values_at(t, self.cfg.eval_grid) if self.cfg.adaptive else (
             self.reference.values(n, self.cfg.eval_grid))
 
-    def measure(self, n: int, t: float, state, keep_state: bool) -> tuple[dict, float]:
-        """The row's fields at time index n (time t): the squared norms, max |û| on the
-        boundary, the snapshot (``keep_state``: the state's bytes too); the seconds."""
+    def measure(self, n: int, t: float, state, keep_state: bool, since: float = -1.0) -> tuple[dict, float]:
+        """The row's fields at time index n (time t; ``since``: the time before): the squared
+        norms, max |û| on the boundary, the snapshot (at a snapshot step, or under ``dt: auto``
+        at the first step at or after a snapshot time, which steps do not land on;
+        ``keep_state``: the state's bytes too); the seconds."""
         start = time.perf_counter()
         u = np.asarray(self.program.evaluate(state, t))
         ref = self.reference_at(n, t)
@@ -189,7 +197,7 @@ class Meter:
         out = {"err_sq": float(err_sq), "ref_sq": float(ref_sq)}
         if self.program.boundary is not None:
             out["boundary"] = float(np.max(np.abs(np.asarray(self.program.boundary(state, t)))))
-        if (t in self.times) if self.cfg.adaptive else (n in self.steps):
+        if any(since < s <= t for s in self.times) if self.cfg.adaptive else (n in self.steps):
             out["snapshot"] = (u, ref)
             out["state"] = state_bytes(state) if keep_state else None
         return out, time.perf_counter() - start
@@ -215,15 +223,19 @@ class Loop:
     name: str
 
 
-def start(loop: Loop, method_state, controller: ControllerState | None) -> RunState:
-    """A run at t = 0, its row 0 (a sequential method's): θ₀'s error, the estimate's start."""
+def start(loop: Loop, method_state) -> RunState:
+    """A run at t = 0: for a sequential method θ₀'s error measured and the estimate
+    started from it (exact: u₀ is known), as row 0; under ``dt: auto`` the first try's size."""
     if not loop.sequential:
-        return RunState(method_state, 0, 0.0, (), controller=controller)
+        return RunState(method_state, 0, 0.0, ())
     fields, seconds = loop.meter.measure(0, 0.0, method_state, loop.keep_states)
-    estimate = None
+    estimate, derivative = None, None
     if loop.program.estimate is not None:
         estimate, fields["u_sq"] = loop.program.estimate.start(method_state)
         fields["est"] = estimate.error
+        derivative = loop.program.estimate.derivative(estimate, loop.order)
+    controller = loop.schedule.first(float(np.sqrt(fields.get("u_sq", fields["ref_sq"]))), derivative) if (
+        isinstance(loop.schedule, Adaptive)) else None
     return RunState(method_state, 0, 0.0, (Row(0, 0.0, **fields),), Clock(eval_s=seconds),
                     controller=controller, estimate=estimate)
 
@@ -270,18 +282,18 @@ def advance(loop: Loop, state: RunState) -> RunState:
 
 def observe(loop: Loop, state: RunState, new, metrics: dict, h: float, t: float):
     """A kept try from ``state`` to ``new`` measured: its row's fields (a sequential
-    method's), the clock, the estimate's ``(defect, end fields)`` (None without one), whose
-    scalars join ``metrics``, and what divergence is judged on (the error and boundary too)."""
+    method's), the clock, the estimate's ``(defect, (start, end) fields)`` (None without one),
+    whose scalars join ``metrics``, and what divergence is judged on (the error and boundary too)."""
     clock, local, fields = state.clock, None, {}
     if loop.program.estimate is not None:
         begin = time.perf_counter()
-        vectors, scalars, end = loop.program.estimate.local(state.estimate.fields, state.method, new, h, state.t)
+        vectors, scalars, ends = loop.program.estimate.local(state.estimate.fields, state.method, new, h, state.t)
         fields["u_sq"] = scalars.pop("u_l2") ** 2
         metrics.update(scalars)
-        local, clock = (vectors["defect"], end), clock.add(estimate_s=time.perf_counter() - begin)
+        local, clock = (vectors["defect"], ends), clock.add(estimate_s=time.perf_counter() - begin)
     checked = dict(metrics)
     if loop.sequential:
-        measured, seconds = loop.meter.measure(state.n + 1, t, new, loop.keep_states)
+        measured, seconds = loop.meter.measure(state.n + 1, t, new, loop.keep_states, since=state.t)
         fields, clock = fields | measured, clock.add(eval_s=seconds)
         if loop.meter.reference is not None:
             checked["rel_l2"] = float(np.sqrt(np.float64(fields["err_sq"]) / fields["ref_sq"]))
@@ -370,7 +382,7 @@ def resume(saved: Checkpoint, loop: Loop, adaptive: bool) -> RunState:
         loop.meter.reference_at(r.n, r.t))) for r in rows]
     estimate = loop.program.estimate
     errors = None if estimate is None else ErrorEstimate(
-        estimate.kind, estimate.weights, saved.history["est_vector"], info["est_error"])
+        estimate.kind, estimate.weights, saved.history["est_vector"], info["est_error"], transport=estimate.transport)
     clock = Clock(**{k: info[k] for k in ("stepping", "eval_s", "estimate_s")})
     return RunState(saved.state, saved.step, rows[-1].t if loop.sequential else 0.0, tuple(rows), clock,
                     info["iterations_total"], ControllerState.from_info(info) if adaptive else None, errors)

@@ -7,15 +7,34 @@ and their slopes f = L[û]), and u the exact solution. The error e = p − u obe
 
     ∂ₜe = L[p] − L[u] + δ,   δ = ∂ₜp − L[p]   (the *defect* of p),   e(0) = û₀ − u₀,
 
-so that, wherever the equation's L is one-sided Lipschitz in L² with constant μ
+and, to first order in e, ∂ₜe = L′[û] e + δ with L′[û] the linearised operator.
+
+**transport** (the default on a periodic box): e is carried as a field on the held-out
+grid and advanced through L′[û] itself (:class:`Transport`), so that every mode decays
+or grows at its own rate. L′[û] = Σ_α a_α(x) ∂^α is a differential operator of the
+equation's order; its coefficients a_α at the points come from one forward-mode
+derivative of L per multi-index α, along a monomial that has exactly the derivative α at
+every point. With Λ(k) = Σ_α ⟨a_α⟩ (ik)^α its Fourier diagonal (the coefficients' means)
+and R = L′ − Λ the rest, each step of size h does
+
+    ê ← e^{hΛ} ê + φ₁(hΛ) (h (R e)^ + ∫δ^),   φ₁(z) = (e^z − 1)/z,
+
+the coefficients the mean of both ends' (the Hermite term ∫δ below spread over the
+step, as the exponential Euler rule has it). A constant-coefficient operator (heat, the
+biharmonic, advection–diffusion, an anisotropic diffusion) is then propagated exactly,
+damped modes damped; a variable part (Allen–Cahn's reaction, Burgers' advection, a
+variable diffusivity) by the explicit rule, on the modes the held-out grid resolves.
+
+The other kinds bound instead: wherever L is one-sided Lipschitz in L² with constant μ
 (⟨L[v] − L[w], v − w⟩ ≤ μ‖v − w‖², declared by the equation as
 :meth:`~teng_eq.equations.Equation.growth_rate`, or measured: :func:`measured_growth_rate`),
 
-    ‖e(t_{n+1})‖ ≤ e^{μ Δt} ‖e(t_n)‖ + ∫_{t_n}^{t_{n+1}} ‖δ(s)‖ ds.
+    ‖e(t_{n+1})‖ ≤ e^{μ Δt} ‖e(t_n)‖ + ∫_{t_n}^{t_{n+1}} ‖δ(s)‖ ds,
 
-The run computes, per accepted step, the local term of one of four kinds (:data:`KINDS`):
+one rate for the whole field: where the equation damps most modes (diffusion: μ = 0,
+since the mean does not decay) such a bound drifts above the error. The local term:
 
-* ``hermite`` (default): ‖∫δ‖ with the time integral by Simpson's rule,
+* ``hermite``: ‖∫δ‖ with the time integral by Simpson's rule,
   ``∫δ = (û₁ − û₀) − Δt/6 (f₀ + 4 L[p(½)] + f₁)``, ``p(½) = (û₀ + û₁)/2 + Δt (f₀ − f₁)/8``.
   L[p(½)] needs ∇ and Δ of f = L[û], i.e. derivatives of û up to fourth order (nested
   forward-mode autodiff; for an operator of another form, L applied to the function p(½)
@@ -38,14 +57,17 @@ Norms are quadratures on the held-out points of the fits (points no fit uses, so
 the residual between the quadrature nodes is seen), interior points only. ‖e(0)‖ is
 exact: u₀ is known. The estimate is ``est_rel_l2 = E_n / ‖û_n‖``.
 
-What it is not: a proof. The one-sided bound is rigorous on the periodic box (see the
+What it is not: a proof. ``transport`` is a first-order model of the error, not a
+bound; the one-sided bound of the others is rigorous on the periodic box (see the
 equations), but ‖∫δ‖ ≤ ∫‖δ‖ and both quadratures (Simpson in time, held-out points in
-space) are approximations, and μ is sampled at the step ends.
+space) are approximations, and μ is sampled at the step ends. Off a periodic box (the
+disk) ``transport`` computes ``hermite``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable
 
@@ -60,7 +82,7 @@ from teng_eq.grid import Quadrature, norm2
 from teng_eq.model import ParamSpace
 
 #: The kinds of estimate (module docstring); ``none`` computes none.
-KINDS = ("hermite", "hermite_triangle", "trapezoid", "embedded", "none")
+KINDS = ("transport", "hermite", "hermite_triangle", "trapezoid", "embedded", "none")
 
 
 class Fields(eqx.Module):
@@ -75,21 +97,89 @@ class Fields(eqx.Module):
     grad_f: Float[Array, "dim n"] | None
     lap_f: Float[Array, " n"] | None
     mu: Float[Array, ""] | None
+    coefficients: Float[Array, "alphas n"] | None = None  # a_α of L′[û] (transport)
+
+
+class Transport(eqx.Module):
+    """The error's transport through L′[û] on a periodic grid of ``shape`` (module
+    docstring): the multi-indices ``alphas`` of a differential operator of the
+    equation's order and their symbols (ik)^α on the grid's wave numbers (flattened
+    'ij', the grid's point order; odd derivatives of the Nyquist wave are 0)."""
+
+    alphas: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    shape: tuple[int, ...] = eqx.field(static=True)
+    symbols: np.ndarray  # (alphas, n) complex
+
+    def __init__(self, periods, shape: tuple[int, ...], order: int):
+        dim = len(shape)
+        self.alphas = tuple(a for a in itertools.product(range(order + 1), repeat=dim) if sum(a) <= order)
+        self.shape = tuple(shape)
+        k = [2 * np.pi / length * np.fft.fftfreq(m, 1.0 / m) for length, m in zip(periods, shape)]
+        odd = [np.where(np.abs(kk) == m // 2, 0.0, kk) if m % 2 == 0 else kk for kk, m in zip(k, shape)]
+        mesh = [np.meshgrid(*axes, indexing="ij") for axes in (k, odd)]
+        self.symbols = np.stack([np.prod([(1j * mesh[a_i % 2][i]) ** a_i for i, a_i in enumerate(a)], axis=0).ravel()
+                                 for a in self.alphas])
+
+    def coefficients(self, equation: Equation, u_fn: Callable, points, t) -> Float[Array, "alphas n"]:
+        """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
+        φ_α(p) = Π_i (p_i − p̄_i)^{α_i}/α_i! (p̄ = p held fixed): every derivative of φ_α at
+        every point is 0 but ∂^α φ_α = 1, so the derivative along e_α is a_α itself."""
+        def monomial(q, a):
+            out = jnp.ones(q.shape[0], q.dtype)
+            for i, power in enumerate(a):
+                for j in range(power):
+                    out = out * q[:, i] / (j + 1)
+            return out
+
+        def lin(e):
+            def fn(p):
+                q = p - jax.lax.stop_gradient(p)
+                return u_fn(p) + sum(e[j] * monomial(q, a) for j, a in enumerate(self.alphas))
+            return equation.operator(Field(fn, points), t)
+
+        return jax.jacfwd(lin)(jnp.zeros(len(self.alphas), points.dtype)).T
+
+    def symbol(self, a: Float[Array, "alphas n"]):
+        """Λ(k) = Σ_α ⟨a_α⟩ (ik)^α on the grid's wave numbers, and the rest a_α − ⟨a_α⟩."""
+        xp = jnp if isinstance(a, jax.Array) else np
+        mean = xp.mean(a, axis=1)
+        return mean @ self.symbols, a - mean[:, None]
+
+    def apply(self, a: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """L′[û] v = Σ_α a_α ∂^α v on the grid (spectral derivatives of v), on the host."""
+        v_hat = np.fft.fftn(np.reshape(v, self.shape)).ravel()
+        return sum(np.asarray(c) * np.fft.ifftn(np.reshape(s * v_hat, self.shape)).real.ravel()
+                   for c, s in zip(a, self.symbols))
+
+    def propagate(self, e: np.ndarray, defect: np.ndarray, a: np.ndarray, h: float) -> np.ndarray:
+        """e at the step's end from e at its start, the step's ``defect`` ∫δ and the
+        coefficients ``a`` over the step (module docstring); on the host, NumPy."""
+        lam, rest = self.symbol(np.asarray(a, np.float64))
+        fft = lambda v: np.fft.fftn(np.reshape(v, self.shape)).ravel()  # noqa: E731
+        e_hat = fft(e)
+        rest_e = sum(r * np.fft.ifftn(np.reshape(s * e_hat, self.shape)).real.ravel()
+                     for r, s in zip(rest, self.symbols))
+        z = h * lam
+        phi1 = np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
+        new = np.exp(z) * e_hat + phi1 * (h * fft(rest_e) + fft(defect))
+        return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
 
 
 class Defect(eqx.Module):
     """The local terms of one accepted step ``θ₀ → θ₁`` of size ``dt`` from time t
-    (module docstring), on the interior points of a held-out ``quadrature``.
+    (module docstring), on the interior points of a held-out ``quadrature``, for the
+    estimate of ``kind``.
 
     **Returns** ``(vectors, scalars)``: the local defect ``∫δ`` on the points (``defect``,
-    Hermite–Simpson with ``hermite``, else the trapezoid one), and ``defect_l2`` (its
-    norm; ``hermite`` only), ``trapezoid_l2``, ``growth_rate`` (μ, the larger of its
-    values at both ends) and ``u_l2`` (‖û₁‖ on the points).
+    Hermite–Simpson where it can, else the trapezoid one), and ``defect_l2`` (its norm;
+    Hermite only), ``trapezoid_l2``, ``growth_rate`` (μ, the larger of its values at both
+    ends; under ``transport`` the largest Re Λ(k)) and ``u_l2`` (‖û₁‖ on the points).
 
     An equation of the short form ``ν Δu + N(u, ∇u)`` (``short``) gets L[p(½)] from the
     fields ∇f, Δf of both ends; any other from L applied to p(½) as a function, which
     needs both ends' θ. Where the equation declares no growth rate, each end's fields
-    carry μ measured there (``modes``: :func:`measured_growth_rate`'s basis).
+    carry μ measured there (``modes``: :func:`measured_growth_rate`'s basis); under
+    ``transport`` (a periodic grid) the coefficients of L′[û] instead (:class:`Transport`).
     """
 
     space: ParamSpace
@@ -97,24 +187,28 @@ class Defect(eqx.Module):
     points: Float[Array, "n dim"]
     weights: Float[Array, " n"]
     modes: Float[Array, "modes dim+1"] | None
+    transport: Transport | None
     hermite: bool = eqx.field(static=True)
     short: bool = eqx.field(static=True)
 
-    def __init__(self, space: ParamSpace, equation: Equation, quadrature: Quadrature, hermite: bool):
+    def __init__(self, space: ParamSpace, equation: Equation, quadrature: Quadrature, kind: str):
         self.space, self.equation = space, equation
         self.short = equation.autonomous and type(equation).operator is Equation.operator
-        self.hermite = hermite and (self.short or equation.order <= 2)
+        self.hermite = kind in ("transport", "hermite", "hermite_triangle") and (self.short or equation.order <= 2)
         weights = jnp.broadcast_to(jnp.asarray(quadrature.weights, jnp.float64), quadrature.points.shape[:1])
         if quadrature.boundary is not None:  # the PDE holds inside; the boundary rows carry its condition
             weights = jnp.where(quadrature.boundary, 0.0, weights)
         self.points, self.weights = jnp.asarray(quadrature.points), weights
+        periodic = equation.periods is not None and quadrature.grid_shape is not None
+        self.transport = Transport(equation.periods, quadrature.grid_shape, equation.order) if (
+            kind == "transport" and periodic) else None
         declared = type(equation).growth_rate is not Equation.growth_rate
-        self.modes = None if declared else fourier_modes(equation.periods, len(self.points))
+        self.modes = None if declared or self.transport else fourier_modes(equation.periods, len(self.points))
 
     @property
     def kind(self) -> str:
-        """The local term it computes: ``hermite`` or ``trapezoid``."""
-        return "hermite" if self.hermite else "trapezoid"
+        """The estimate it feeds: ``transport``, else its local term, ``hermite`` or ``trapezoid``."""
+        return "transport" if self.transport is not None else "hermite" if self.hermite else "trapezoid"
 
     def norm(self, r: Float[Array, " n"]) -> Float[Array, ""]:
         """The L² norm of values on the points (their quadrature)."""
@@ -133,15 +227,16 @@ class Defect(eqx.Module):
         u_fn = self._u(theta)
         mu = None if self.modes is None else measured_growth_rate(
             self.equation, u_fn, self.points, self.weights, t, self.modes)
+        a = None if self.transport is None else self.transport.coefficients(self.equation, u_fn, self.points, t)
         if not self.short:
             field = Field(u_fn, self.points)
-            return Fields(field.value, field.grad, None, self.equation.operator(field, t), None, None, mu)
+            return Fields(field.value, field.grad, None, self.equation.operator(field, t), None, None, mu, a)
         u, grad, lap = derivatives(u_fn, self.points)
         f = self.equation.rhs(u, grad, lap)
         if not self.hermite:
-            return Fields(u, grad, lap, f, None, None, mu)
+            return Fields(u, grad, lap, f, None, None, mu, a)
         _, grad_f, lap_f = derivatives(lambda p: operator(self.equation, u_fn, p), self.points)
-        return Fields(u, grad, lap, f, grad_f, lap_f, mu)
+        return Fields(u, grad, lap, f, grad_f, lap_f, mu, a)
 
     def __call__(self, theta0, theta1, dt, t=0.0) -> tuple[dict[str, Float[Array, " n"]], dict[str, Float[Array, ""]]]:
         """The local terms of the step ``θ₀ → θ₁`` from t (:meth:`fields` of both ends, :meth:`combine`)."""
@@ -153,7 +248,9 @@ class Defect(eqx.Module):
         and the start t for an operator of another form than the short one."""
         trapezoid = (end.u - start.u) - dt / 2 * (start.f + end.f)
         mu0, mu1 = start.mu, end.mu
-        if mu0 is None:
+        if self.transport is not None:  # the fastest rate of the diagonal part Λ over the step
+            mu0 = mu1 = jnp.max(self.transport.symbol((start.coefficients + end.coefficients) / 2)[0].real)
+        elif mu0 is None:
             mu0, mu1 = self.equation.growth_rate(start.u, start.grad), self.equation.growth_rate(end.u, end.grad)
         scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(end.u),
                    "growth_rate": jnp.maximum(jnp.asarray(mu0, jnp.float64), jnp.asarray(mu1, jnp.float64))}
@@ -231,30 +328,36 @@ class ErrorEstimate:
     vector: np.ndarray
     error: float
     fields: Fields | None = None
+    transport: Transport | None = None
 
     @classmethod
-    def start(cls, kind: str, weights, e0) -> ErrorEstimate:
+    def start(cls, kind: str, weights, e0, transport: Transport | None = None) -> ErrorEstimate:
         """From θ₀'s error ``e0`` on the points (``weights``: their quadrature)."""
         weights, e0 = np.asarray(weights, np.float64), np.asarray(e0, np.float64)
-        return cls(kind, weights, e0, float(np.sqrt(np.sum(weights * e0 * e0))))
+        return cls(kind, weights, e0, float(np.sqrt(np.sum(weights * e0 * e0))), transport=transport)
 
     @property
     def vectorial(self) -> bool:
-        return self.kind in ("hermite", "trapezoid")
+        return self.kind in ("transport", "hermite", "trapezoid")
 
-    def advance(self, dt: float, scalars: dict[str, float], defect: np.ndarray, fields: Fields) -> ErrorEstimate:
+    def advance(self, dt: float, scalars: dict[str, float], defect: np.ndarray,
+                ends: tuple[Fields, Fields] | None) -> ErrorEstimate:
         """``E_{n+1}`` from the step's ``scalars`` (the method's metrics and
-        :class:`Defect`'s), its ``defect`` vector and the ``fields`` of its end."""
+        :class:`Defect`'s), its ``defect`` vector and the :class:`Fields` of its ``ends``."""
         growth = math.exp(scalars["growth_rate"] * dt)
         vector, error = self.vector, self.error
-        if self.vectorial:
+        if self.kind == "transport":
+            a = (np.asarray(ends[0].coefficients) + np.asarray(ends[1].coefficients)) / 2
+            vector = self.transport.propagate(self.vector, np.asarray(defect, np.float64), a, dt)
+            error = float(np.sqrt(np.sum(self.weights * vector**2)))
+        elif self.vectorial:
             vector = growth * self.vector + np.asarray(defect, np.float64)
             error = float(np.sqrt(np.sum(self.weights * vector**2)))
         elif self.kind == "hermite_triangle":
             error = growth * self.error + scalars["defect_l2"]
         else:  # embedded: the integrator's estimate, plus the projection error on held-out points
             error = growth * self.error + scalars["local_error"] + math.sqrt(max(scalars["holdout_loss"], 0.0))
-        return dataclasses.replace(self, vector=vector, error=error, fields=fields)
+        return dataclasses.replace(self, vector=vector, error=error, fields=None if ends is None else ends[1])
 
 
 class CompiledEstimate:
@@ -265,8 +368,9 @@ class CompiledEstimate:
     of another form than the short one computes ``trapezoid``)."""
 
     def __init__(self, defect: Defect, kind: str, parameters: Callable, state: PyTree):
-        self.kind = "trapezoid" if kind.startswith("hermite") and not defect.hermite else kind
-        self.weights = np.asarray(defect.weights)
+        self.kind = defect.kind if kind == "transport" else (
+            "trapezoid" if kind.startswith("hermite") and not defect.hermite else kind)
+        self.weights, self.transport = np.asarray(defect.weights), defect.transport
         self.initial = jax.jit(lambda s: defect.initial(parameters(s))).lower(state).compile()
         if defect.short:  # autonomous, the fields hold all L[p(½)] needs: no t, no θ
             fields = jax.jit(lambda s: defect.fields(parameters(s))).lower(state).compile()
@@ -281,16 +385,28 @@ class CompiledEstimate:
             a, b, dt, (parameters(s0), parameters(s1)), t)).lower(shapes, shapes, state, state, 0.0, 0.0).compile()
 
     def start(self, state) -> tuple[ErrorEstimate, float]:
-        """The estimate at t = 0, from θ₀'s error (exact: u₀ is known), and ‖û₀‖²."""
+        """The estimate at t = 0, from θ₀'s error (exact: u₀ is known), with the fields of θ₀
+        (the first step's start), and ‖û₀‖²."""
         e0, norm0 = jax.device_get(self.initial(state))
-        return ErrorEstimate.start(self.kind, self.weights, e0), float(norm0) ** 2
+        estimate = ErrorEstimate.start(self.kind, self.weights, e0, self.transport)
+        return dataclasses.replace(estimate, fields=self.fields(state, 0.0)), float(norm0) ** 2
+
+    def derivative(self, estimate: ErrorEstimate, q: int) -> float | None:
+        """‖∂ₜ^q u‖ at t = 0 on the points, as (L′[û₀])^{q−1} L[û₀] (:meth:`Transport.apply`;
+        exact for a linear equation, its linearisation's otherwise); None without the transport."""
+        if self.transport is None or estimate.fields is None:
+            return None
+        a, v = np.asarray(estimate.fields.coefficients), np.asarray(estimate.fields.f)
+        for _ in range(q - 1):
+            v = self.transport.apply(a, v)
+        return float(np.sqrt(np.sum(self.weights * v * v)))
 
     def local(self, start: Fields | None, previous, state, dt: float,
-              t: float) -> tuple[dict[str, np.ndarray], dict[str, float], Fields]:
+              t: float) -> tuple[dict[str, np.ndarray], dict[str, float], tuple[Fields, Fields]]:
         """The local terms of the step from ``previous`` at t to ``state``
         (:meth:`Defect.combine`), from the ``start`` fields (None: computed from
-        ``previous``), and the fields of its end."""
+        ``previous``), and the fields of both ends."""
         start = self.fields(previous, t) if start is None else start
         end = self.fields(state, t + dt)
         vectors, scalars = jax.device_get(self.combine(start, end, previous, state, dt, t))
-        return vectors, {k: float(v) for k, v in scalars.items()}, end
+        return vectors, {k: float(v) for k, v in scalars.items()}, (start, end)

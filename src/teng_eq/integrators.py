@@ -130,6 +130,20 @@ class ButcherTableau(eqx.Module):
         return len(self.b)
 
     @property
+    def error_constant(self) -> float:
+        """C with ``err = C (ΔtL)^q y + O(Δt^{q+1})`` on a linear problem y′ = Ly, q =
+        ``error_order``: the embedded estimate's leading term, from the stages' powers of
+        ΔtL (stage j's slope is ``L y + Σ_m κ_{j,m} Δt^m L^{m+1} y``, κ_{j,m} = Σᵢ a_{ji} κ_{i,m−1};
+        the FSAL slope's row is b). What a first step of ``dt_initial: auto`` is sized by."""
+        rows = [*self.a, self.b] if self.fsal else list(self.a)
+        kappa = [[1.0]]  # stage 1
+        for row in rows:
+            kappa.append([1.0] + [sum(a * k[m - 1] for a, k in zip(row, kappa) if len(k) >= m)
+                                  for m in range(1, len(kappa) + 1)])
+        m = self.error_order - 1
+        return float(sum(w * (k[m] if len(k) > m else 0.0) for w, k in zip(self.b_error or (), kappa)))
+
+    @property
     def fsal(self) -> bool:
         """Whether the error estimate uses the slope at the step's end (one operator
         evaluation on the final network)."""

@@ -356,9 +356,11 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -
                     f"holdout.fail={result.holdout.fail:g}): the fits may overfit the quadrature nodes")
     if fit is not None and not fit.converged:
         warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
-    if result.estimate == "trapezoid" and run_cfg.estimate.startswith("hermite"):
-        print(f"note: {name}: estimate={run_cfg.estimate} needs derivatives of twice the operator's order "
-              f"({2 * run_cfg.equation.order}): the run's estimate is trapezoid", file=sys.stderr)
+    if result.estimate not in (run_cfg.estimate, "none"):
+        why = ("needs a periodic box" if run_cfg.estimate == "transport" else
+               f"needs derivatives of twice the operator's order ({2 * run_cfg.equation.order})")
+        print(f"note: {name}: estimate={run_cfg.estimate} {why}: the run's estimate is {result.estimate}",
+              file=sys.stderr)
     for msg in warn:
         print(f"warning: {name}: {msg}", file=sys.stderr)
     if result.sequential and "est_global_rel_l2" in result.scalars:

@@ -152,7 +152,10 @@ class TENGNet(eqx.Module):
         e = self.embedding(x)
         return jnp.tanh(e) if self.embedding_activation == "tanh" else e
 
-    def __call__(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
+    def __call__(self, x: Float[Array, "*n dim"]) -> Float[Array, "*n"]:
+        """û at the point ``x`` (dim,), or at every row of ``x`` (n, dim)."""
+        if x.ndim == 2:
+            return jax.vmap(self)(x)
         h = self.features(x)
         for layer in self.hidden:
             h = jnp.tanh(layer(h))

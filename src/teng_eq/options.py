@@ -108,6 +108,9 @@ def typed(value, tp, key: str):
     """``value`` checked against a simple type (``int``, ``float``, ``bool``, ``str``,
     ``tuple[float, ...]``, an options dataclass, any of them ``| None``)."""
     args = typing.get_args(tp)
+    if set(args) == {float, str}:  # a number or a word (``auto``), which the options check
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else (
+            typed(value, str, key))
     optional = type(None) in args
     if optional:
         tp = next(a for a in args if a is not type(None))

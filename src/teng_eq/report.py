@@ -131,10 +131,8 @@ def _log_analysis(cfg, uri, root, df, paths, parent, sweep_id, exps, filter_stri
     of = sweep_id or f"experiments={exps} filter={filter_string}"
     params = {"sweep": sweep_id, "experiments": exps, "filter": filter_string,
               "n_runs": len(df), "n_excluded": n_other}
-    # A new experiment keeps its artifacts beside its sqlite store, as the default does.
-    store = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else root
     run_id = tracking.log_analysis(uri, log_exp, paths, analysis_of=of, run_name=f"analysis-{name}",
-                                   params=params, artifact_root=store / "mlruns")
+                                   params=params, artifact_root=tracking.artifact_root_for(uri, root))
     print(f"logged analysis run {run_id} in experiment {log_exp!r}")
 
 

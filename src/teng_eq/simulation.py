@@ -12,12 +12,13 @@ from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
 from teng_eq import driver
 from teng_eq.checkpoint import CheckpointStore
 from teng_eq.config import RunConfig
-from teng_eq.controller import ControllerState
 from teng_eq.initial_fit import FitReport
 from teng_eq.methods.base import Method
 from teng_eq.metrics import global_relative_l2
@@ -50,6 +51,12 @@ class RunResult:
     # steps_rejected, iterations_total: stage iterations of every try, estimate_s).
     scalars: dict[str, float] = dataclasses.field(default_factory=dict)
     estimate: str = "none"  # the estimate it computed (teng_eq.estimate.KINDS; trapezoid where hermite cannot)
+    config: RunConfig | None = None  # the run's
+
+    @property
+    def field(self) -> FinalField:
+        """û at the run's end, to evaluate on any points or on a grid (:class:`FinalField`)."""
+        return FinalField(self.config, self.network)
 
     @property
     def error(self) -> float:
@@ -87,6 +94,31 @@ def load_network(cfg: RunConfig, path) -> eqx.Module:
     return eqx.tree_deserialise_leaves(path, cfg.method.cls.network_template(cfg.method.options, cfg.problem))
 
 
+@dataclasses.dataclass(frozen=True)
+class FinalField:
+    """A run's solution at its end, to evaluate anywhere: ``field(points)`` is û at
+    ``points`` (n, dim) → (n,) (a global-in-time method's network at any ``t``, by default
+    the horizon); ``field.on_grid(m)`` the points of the equation's evaluation grid (m per
+    dimension; default the run's ``eval_grid``) and û there. ``RunResult.field``, or a
+    saved run's (:func:`teng_eq.api.load_run`)."""
+
+    config: RunConfig
+    network: eqx.Module
+
+    def __call__(self, points: Float[Array, "n dim"], t: float | None = None) -> np.ndarray:
+        points = jnp.asarray(points, jnp.float64)
+        if points.ndim != 2 or points.shape[1] != self.config.equation.dim:
+            raise ValueError(f"points must be (n, {self.config.equation.dim}), not {points.shape}")
+        if not self.config.method.cls.sequential:  # a space-time network
+            t = self.config.t_final if t is None else t
+            points = jnp.concatenate([points, jnp.full((points.shape[0], 1), t)], axis=1)
+        return np.asarray(eqx.filter_jit(lambda net, p: net(p))(self.network, points))
+
+    def on_grid(self, m: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        points = np.asarray(self.config.equation.evaluation(m or self.config.eval_grid).points)
+        return points, self(points)
+
+
 def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | None = None,
         callbacks: Sequence[driver.Callback] = (), log: Callable[[str], None] | None = None, cache_dir=None,
         snapshot_steps: Sequence[int] = (), snapshot_times: Sequence[float] = (),
@@ -110,7 +142,8 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     meter = driver.Meter(cfg, program, reference, evaluation.weights, frozenset(snapshot_steps),
                   frozenset(float(t) for t in snapshot_times))
     order = method.error_order(cfg.method.options)
-    schedule = (driver.Adaptive(cfg.controller, cfg.controller.stops(cfg.t_final, snapshot_times), order) if cfg.adaptive
+    schedule = (driver.Adaptive(cfg.controller, cfg.controller.stops(cfg.t_final), order,
+                                method.error_constant(cfg.method.options)) if cfg.adaptive
                 else driver.FixedSteps(cfg.dt, method.n_steps))
     loop = driver.Loop(program, schedule, meter, key, method.sequential, order, method.n_steps,
                 keep_states=method.sequential and checkpoints is not None,
@@ -122,7 +155,7 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
             log(f"resuming from the checkpoint after step {state.n}"
                 + (f" (t={state.t:.6g})" if cfg.adaptive else f" of {method.n_steps}"))
     else:
-        state = driver.start(loop, method.init(), ControllerState(dt=cfg.controller.dt_initial) if cfg.adaptive else None)
+        state = driver.start(loop, method.init())
     saving = None if checkpoints is None else driver.Checkpoints(checkpoints, checkpoint_every, method.n_steps,
                                                           saved.step if saved is not None else -1)
     reported = [*callbacks, *([reporting(on_step)] if on_step is not None else []),
@@ -131,7 +164,7 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
     curve, seconds = (state.rows, 0.0) if method.sequential else measure_curve(loop, state, cfg)
     return result(state, curve, seconds, method, program, reference is not None, reference_s,
                   resumed_from=saved.step if saved is not None else 0,
-                  checkpoint_s=checkpoints.seconds if checkpoints is not None else 0.0)
+                  checkpoint_s=checkpoints.seconds if checkpoints is not None else 0.0, config=cfg)
 
 
 def reporting(on_step: Callable[[StepRecord], None]) -> driver.Callback:
@@ -166,7 +199,8 @@ def measure_curve(loop: driver.Loop, state: driver.RunState, cfg: RunConfig) -> 
 
 
 def result(state: driver.RunState, curve: Sequence[Row], curve_s: float, method: Method, program: driver.Program,
-           measured: bool, reference_s: float, *, resumed_from: int, checkpoint_s: float) -> RunResult:
+           measured: bool, reference_s: float, *, resumed_from: int, checkpoint_s: float,
+           config: RunConfig) -> RunResult:
     """The :class:`RunResult` of a run that reached its end; ``curve``: its rows at the
     step times (a sequential run's own; ``curve_s`` the seconds of measuring them apart);
     ``measured``: against a reference."""
@@ -192,5 +226,5 @@ def result(state: driver.RunState, curve: Sequence[Row], curve_s: float, method:
         snapshots={r.n: r.snapshot for r in curve if r.snapshot is not None}, sequential=method.sequential,
         inner_measure=method.inner_measure, holdout=method.holdout_limits(), resumed_from=resumed_from,
         checkpoint_s=checkpoint_s, est_rel_l2=est / np.sqrt(u_sq), scalars=scalars,
-        estimate=program.estimate.kind if program.estimate is not None else "none",
+        estimate=program.estimate.kind if program.estimate is not None else "none", config=config,
     )

@@ -31,6 +31,7 @@ the rest of the code asks of it, so that nothing elsewhere dispatches on its nam
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import ClassVar
 
@@ -70,38 +71,54 @@ class Equation(eqx.Module):
     #: of a time-dependent equation is told its time.
     autonomous: ClassVar[bool] = True
     #: The initial conditions this equation can start from, by config name: each a
-    #: function of one point (coordinate first; NumPy or JAX) to u₀ there.
+    #: function of points (coordinate first; NumPy or JAX) to u₀ there, ``f(x)``, or
+    #: ``f(equation, x)`` to read the equation's fields (:meth:`u0`).
     initial_conditions: ClassVar[Mapping[str, Callable]]
 
     @classmethod
-    def from_config(cls, group: Mapping) -> Equation:
-        """The equation of the ``equation`` config group (without its ``impl``);
-        a bad key or value raises a one-line :class:`~teng_eq.errors.ConfigError`."""
+    def from_config(cls, group: Mapping, impl: str | None = None) -> Equation:
+        """The equation of the ``equation`` config group (without its ``impl``, the
+        ``module:Class`` its messages name); a bad key or value, or a function of the
+        class that does not run as a run runs it (:meth:`check_functions`), raises a
+        one-line :class:`~teng_eq.errors.ConfigError`."""
         equation = options_from(cls, group, "equation")
-        equation.check_functions("equation")
+        equation.check_functions("equation", impl)
         return equation
 
-    def check_functions(self, prefix: str) -> None:
-        """Call u₀ and L once on a few points of the domain (a smooth test function for
-        L), so that a user's equation that lacks one, raises, or returns the wrong shape
-        is a one-line :class:`~teng_eq.errors.ConfigError` before θ₀ is fitted."""
+    def check_functions(self, prefix: str, impl: str | None = None) -> None:
+        """Run the class's functions as a run will, on a few points of the domain, before
+        θ₀ is fitted: u₀ (on NumPy arrays, and traced by ``jax.jit``), ``nonlinear`` on u₀'s
+        fields and the operator on u₀ at t = 0 (traced, as every step runs them),
+        ``growth_rate`` on u₀'s fields (traced, as the estimate runs it) and ``solution`` at
+        t = 0 (on NumPy arrays, as the reference runs it; it must equal u₀ there). A
+        function that is missing, raises (NumPy inside traced code, an axis out of range, …),
+        returns the wrong shape, a non-float or a NaN is a one-line
+        :class:`~teng_eq.errors.ConfigError` naming ``module:Class.method`` and the first
+        line of the cause; ``impl``: the ``module:Class`` the config named (default: the
+        class's own)."""
+        impl = impl or f"{type(self).__module__}:{type(self).__qualname__}"
         points = jnp.asarray(self.evaluation(4).points)
-        n = points.shape[0]
-        checks = (("initial_condition", self.initial_condition, lambda: self.u0(np.asarray(points).T),
-                   "u0(x) with x coordinate first, shape (dim, n)"),
-                  ("impl", type(self).__name__, lambda: operator(self, lambda p: jnp.sum(jnp.cos(p), axis=1), points),
-                   "operator(u, t) or the short form's nonlinear(u, grad_u)"))
-        for key, value, call, what in checks:
-            try:
-                out = call()
-            except NotImplementedError:
-                raise bad(f"{prefix}.{key}", value, f"does not define {what}") from None
-            except Exception as err:  # a user's code: whatever it raises, said in one line
-                raise bad(f"{prefix}.{key}", value, f"{what} fails on {n} points: {type(err).__name__}: "
-                          f"{(str(err).splitlines() or [''])[0]}") from None
-            if jnp.shape(out) != (n,):
-                raise bad(f"{prefix}.{key}", value, f"{what} returns shape {jnp.shape(out)} on {n} points, "
-                          f"expected ({n},)")
+        n, x = points.shape[0], np.asarray(points).T
+        ic = self.initial_conditions.get(self.initial_condition)
+        ic_name = f"{getattr(ic, '__module__', '?')}:{getattr(ic, '__qualname__', self.initial_condition)}"
+        ic_key = (f"{prefix}.initial_condition", self.initial_condition)
+        u0 = _checked(ic_key, ic_name, "u₀(x) with x coordinate first", n, lambda: self.u0(x), traced=False)
+        _checked(ic_key, ic_name, "u₀(x) with x coordinate first, NumPy or JAX", n, lambda: self.u0(points.T))
+        u, grad, _ = derivatives(lambda p: self.u0(p.T), points)
+        key, cls = (f"{prefix}.impl", impl), type(self)
+        if cls.nonlinear is not Equation.nonlinear:
+            _checked(key, f"{impl}.nonlinear", "nonlinear(u, grad_u)", n, lambda: self.nonlinear(u, grad))
+        _checked(key, f"{impl}.operator", "operator(u, t) on u₀ at t = 0", n,
+                 lambda: operator(self, lambda p: self.u0(p.T), points, 0.0))
+        if cls.growth_rate is not Equation.growth_rate:
+            _checked(key, f"{impl}.growth_rate", "growth_rate(u, grad_u) on u₀, a number", n,
+                     lambda: self.growth_rate(u, grad), scalar=True)
+        if cls.solution is not Equation.solution:
+            exact = _checked(key, f"{impl}.solution", "solution(x, t) with x coordinate first", n,
+                             lambda: self.solution(x, 0.0), traced=False)
+            gap = float(np.max(np.abs(np.asarray(exact) - np.asarray(u0))))
+            if gap > 1e-10 * max(1.0, float(np.max(np.abs(u0)))):
+                raise bad(*key, f"{impl}.solution(x, 0) differs from u₀ by up to {gap:.3g} on {n} points")
 
     def validate(self, prefix: str) -> None:
         """Value checks of :meth:`from_config` (extended by subclasses)."""
@@ -148,8 +165,12 @@ class Equation(eqx.Module):
     # --- initial condition, reference -----------------------------------------------
 
     def u0(self, x: Float[Array, " dim"]) -> Float[Array, ""]:
-        """The initial condition at one point (NumPy or JAX, coordinate first)."""
-        return self.initial_conditions[self.initial_condition](x)
+        """The initial condition at points ``x`` (coordinate first: one point ``(dim,)``, or
+        ``(dim, n)``; NumPy or JAX): the chosen entry of :attr:`initial_conditions`, a
+        function of ``x``, or of ``(equation, x)`` (a method of the class), so that u₀ may
+        read the equation's fields."""
+        ic = self.initial_conditions[self.initial_condition]
+        return ic(self, x) if _takes_equation(ic) else ic(x)
 
     def reference_scheme(self):
         """How the reference solution is computed: an object of :mod:`teng_eq.reference`
@@ -215,7 +236,43 @@ def build_equation(group: Mapping, key: str = "equation") -> Equation:
     if not isinstance(group, Mapping):
         raise bad(key, group, "must be a config group (a mapping)")
     fields = {k: v for k, v in group.items() if k not in GROUP_KEYS}
-    return import_impl(group.get("impl"), f"{key}.impl").from_config(fields)
+    return import_impl(group.get("impl"), f"{key}.impl").from_config(fields, group.get("impl"))
+
+
+def _takes_equation(fn: Callable) -> bool:
+    """Whether the initial condition ``fn`` takes ``(equation, x)`` rather than ``x``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: a function of x
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in kinds and p.default is inspect.Parameter.empty for p in params) >= 2
+
+
+def _checked(key: tuple[str, object], where: str, what: str, points: int, call: Callable, *,
+             scalar: bool = False, traced: bool = True):
+    """``call()`` (traced by ``jax.jit`` unless not ``traced``) as a check of
+    :meth:`Equation.check_functions` on ``points`` points: its value, of shape
+    ``(points,)`` (``()`` if ``scalar``; None allowed there), real, finite; else a
+    one-line :class:`~teng_eq.errors.ConfigError` about ``key`` naming ``where``."""
+    try:
+        out = jax.jit(call)() if traced else call()
+    except NotImplementedError:
+        raise bad(*key, f"{where} is not defined: {what}") from None
+    except Exception as err:  # a user's code: whatever it raises, said in one line
+        cause = (str(err).strip().splitlines() or [""])[0]
+        how = "under jax.jit " if traced else ""
+        raise bad(*key, f"{where} fails {how}on {points} points: {type(err).__name__}: {cause}") from None
+    if out is None and scalar:
+        return None
+    shape, expected = jnp.shape(out), () if scalar else (points,)
+    if shape != expected:
+        raise bad(*key, f"{where} returns shape {shape} on {points} points, expected {expected}: {what}")
+    if not jnp.issubdtype(jnp.result_type(out), jnp.floating):
+        raise bad(*key, f"{where} returns {jnp.result_type(out)} values, expected real floats: {what}")
+    if not bool(jnp.all(jnp.isfinite(out))):
+        raise bad(*key, f"{where} returns a non-finite value on {points} points: {what}")
+    return out
 
 
 class Field:
@@ -255,8 +312,14 @@ class Field:
         return self._first()[2]
 
     def d(self, *axes: int) -> Float[Array, " n"]:
-        """``∂^k u / ∂x_{axes[0]} … ∂x_{axes[k-1]}`` at the points (``d()``: u itself)."""
-        axes = tuple(sorted(axes))
+        """``∂^k u / ∂x_{axes[0]} … ∂x_{axes[k-1]}`` at the points (``d()``: u itself); an
+        axis that is not one of the field's (0 … dim − 1) raises :class:`IndexError`."""
+        dim = self.points.shape[1]
+        for a in axes:
+            if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not 0 <= a < dim:
+                raise IndexError(f"u.d{tuple(axes)}: axis {a!r} is not one of a {dim}-D field's "
+                                 f"(0 to {dim - 1})")
+        axes = tuple(sorted(int(a) for a in axes))
         if not axes:
             return self.value
         if axes not in self._cache:

@@ -15,7 +15,7 @@ method receives only the settings it uses, as plain values, and the :class:`Prob
   :class:`~teng_eq.results.StepRecord`; a method with an embedded error estimate
   (``cls.error_order(options) > 0``) takes Δt there and reports ``local_error`` and
   ``u_l2`` (:mod:`teng_eq.controller`);
-* ``method.defect(hermite)``: the local terms of the a-posteriori error estimate
+* ``method.defect(kind)``: the local terms of the a-posteriori error estimate
   (:class:`teng_eq.estimate.Defect`), or None for a method without one;
 * ``method.values(state, points, t)``: û(x, t) (a sequential state holds one t);
 * ``method.network(state)``: the trained network, saved as ``params/theta.eqx``.
@@ -106,6 +106,13 @@ class Method(eqx.Module):
         has none, and cannot run under the step-size controller."""
         return 0
 
+    @classmethod
+    def error_constant(cls, options) -> float:
+        """C of the embedded estimate's leading term ``C (ΔtL)^q y`` on a linear problem
+        (:attr:`teng_eq.integrators.ButcherTableau.error_constant`); what ``dt_initial: auto``
+        sizes a first step by. 0: unknown."""
+        return 0.0
+
     @property
     def expects_error(self) -> bool:
         """Whether ``step`` reads ``inputs.expected`` (TENG under the ``local_error``
@@ -113,9 +120,9 @@ class Method(eqx.Module):
         return False
 
 
-    def defect(self, hermite: bool):
-        """The :class:`~teng_eq.estimate.Defect` of the run's error estimate (``hermite``:
-        with the Hermite–Simpson term), or None for a method without one; it reads
+    def defect(self, kind: str):
+        """The :class:`~teng_eq.estimate.Defect` of the run's error estimate of ``kind``
+        (:data:`teng_eq.estimate.KINDS`), or None for a method without one; it reads
         :meth:`parameters`."""
         return
 

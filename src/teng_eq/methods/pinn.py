@@ -62,7 +62,10 @@ class SpaceTimeNet(eqx.Module):
         self.hidden = tuple(eqx.nn.Linear(a, b, key=k) for a, b, k in zip(sizes[:-1], sizes[1:], keys[1:-1]))
         self.output = eqx.nn.Linear(width, "scalar", key=keys[-1])
 
-    def __call__(self, z: Float[Array, " dim+1"]) -> Float[Array, ""]:
+    def __call__(self, z: Float[Array, "*n dim+1"]) -> Float[Array, "*n"]:
+        """û at the space-time point ``z`` (dim+1,), or at every row of ``z`` (n, dim+1)."""
+        if z.ndim == 2:
+            return jax.vmap(self)(z)
         h = jnp.concatenate([self.embedding(z[:-1]), z[-1:]])
         for layer in self.hidden:
             h = jnp.tanh(layer(h))

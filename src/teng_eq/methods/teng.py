@@ -86,9 +86,13 @@ class TENG(ThetaMethod):
     def error_order(cls, options: Options) -> int:
         return TABLEAUS[options.integrator].error_order
 
-    def defect(self, hermite: bool) -> Defect:
+    @classmethod
+    def error_constant(cls, options: Options) -> float:
+        return TABLEAUS[options.integrator].error_constant if TABLEAUS[options.integrator].b_error else 0.0
+
+    def defect(self, kind: str) -> Defect:
         """On the held-out points of the step (points no fit uses)."""
-        return Defect(self.space, self.advance.equation, self.advance.holdout, hermite)
+        return Defect(self.space, self.advance.equation, self.advance.holdout, kind)
 
     @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:

@@ -71,9 +71,15 @@ def default_tracking_uri(root: Path) -> str:
 
 
 def artifact_root_for(tracking_uri: str, root: Path) -> Path | None:
-    """``<root>/mlruns`` for a local store; ``None`` (the server's own artifact
-    store) for a remote ``http(s)://`` one."""
-    return None if tracking_uri.startswith(("http://", "https://")) else Path(root) / "mlruns"
+    """Where a new experiment keeps its artifacts: ``mlruns/`` beside a SQLite store's
+    file (the default store ``<root>/mlflow.db``: ``<root>/mlruns``), ``<root>/mlruns``
+    for another local store, ``None`` (the server's own artifact store) for a remote
+    ``http(s)://`` one."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return None
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlruns"
+    return Path(root) / "mlruns"
 
 
 def check_store(tracking_uri: str) -> None:
