@@ -134,6 +134,16 @@ def main(argv=None) -> int:
     print(f"default step times: {', '.join(f'{t:.3f}' for t in cmp.default_s)} s; "
           f"naive: {', '.join(f'{t:.2f}' for t in cmp.naive_s)} s", flush=True)
 
+    # The a-posteriori estimate's share of an accepted step, each kind against the same step.
+    print("\n## The error estimate per accepted step (medians), against the default step above")
+    theta_next = jax.block_until_ready(benchmark.compiled_step(step, theta, key)(theta, key)[0])
+    estimate_rows = []
+    for kind in ("transport", "hermite", "trapezoid"):
+        t = benchmark.estimate_seconds(method.defect(kind), kind, theta, theta_next, cfg.dt or 0.005,
+                                       repeats=args.repeats)
+        estimate_rows.append({"estimate": kind, "ms": 1e3 * t, "of_step": t / d})
+    print_table(estimate_rows, ["estimate", "ms", "of_step"])
+
     rows: list[dict] = []
     if not args.skip_table:
         print("\n## One iteration, part by part (ms, medians); operator = L[û] + target, once per stage")

@@ -116,23 +116,23 @@ def load_run(run: str | Path, *, tracking_uri: str | None = None) -> FinalField:
     the checkout's default store), or a run's artifact folder (or its ``theta.eqx``). A
     user's equation must be importable, as for the run (its file in the current folder)."""
     path = Path(run).expanduser()
+    names = ("config/config.yaml", "params/theta.eqx")
     with tempfile.TemporaryDirectory(prefix="teng-eq-run-") as tmp:
         if path.exists():
             folder = path.parent.parent if path.is_file() else path
+            config, theta = (folder / name for name in names)
+            if not (config.is_file() and theta.is_file()):
+                raise bad("run", str(run), f"{folder} holds no {' and '.join(names)}")
         else:
             uri = tracking_uri or tracking.default_tracking_uri(ROOT)
             try:
-                copies = {name: tracking.artifact_copies(uri, [str(run)], name, Path(tmp)).get(str(run))
-                          for name in ("config/config.yaml", "params/theta.eqx")}
+                config, theta = (tracking.artifact_copies(uri, [str(run)], name, Path(tmp) / name).get(str(run))
+                                 for name in names)
             except tracking.SelectionError as err:
                 raise bad("run", str(run), str(err)) from None
-            if None in copies.values():
-                raise bad("run", str(run), f"no run with params/theta.eqx and config/config.yaml in {uri} "
-                          "(a FINISHED run of pipeline/sweep.py or run(..., mlflow=True) has both)")
-            folder = Path(tmp) / str(run)
-        config, theta = folder / "config" / "config.yaml", folder / "params" / "theta.eqx"
-        if not (config.is_file() and theta.is_file()):
-            raise bad("run", str(run), f"{folder} holds no config/config.yaml and params/theta.eqx")
+            if config is None or theta is None:
+                raise bad("run", str(run), f"no run with {' and '.join(names)} in {uri} (a FINISHED run of "
+                          "pipeline/sweep.py or of run(..., mlflow=True) has both)")
         user_folders_on_path()
         cfg = RunConfig.from_mapping(OmegaConf.to_container(OmegaConf.load(config), resolve=True))
         return FinalField(cfg, load_network(cfg, theta))

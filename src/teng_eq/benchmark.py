@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from teng_eq.equations import network_operator
+from teng_eq.estimate import CompiledEstimate, Defect
 from teng_eq.grid import Quadrature, norm2
 from teng_eq.integrators import TENGStep
 from teng_eq.results import RESULTS
@@ -215,3 +216,20 @@ def compare_with_naive(
         naive_loss=float(record_slow.metrics["step_loss"]),
         max_theta_diff=float(jnp.max(jnp.abs(theta_fast - theta_slow))),
     )
+
+
+def estimate_seconds(defect: Defect, kind: str, theta: Float[Array, " params"], theta_next: Float[Array, " params"],
+                     dt: float, repeats: int = 5) -> float:
+    """Median seconds the a-posteriori estimate of ``kind`` adds to one accepted step
+    ``theta → theta_next``, as a run spends them: the fields of the step's end (its start's
+    are the step before's), the local terms from both ends, and the estimate's update on
+    the host (:class:`~teng_eq.estimate.CompiledEstimate`)."""
+    compiled = CompiledEstimate(defect, kind, lambda s: s, theta)
+    estimate, _ = compiled.start(theta)
+
+    def once():
+        vectors, scalars, ends = compiled.local(estimate.fields, theta, theta_next, dt, 0.0)
+        return estimate.advance(dt, {**scalars, "local_error": 0.0, "holdout_loss": 0.0}, vectors["defect"],
+                                ends).vector
+
+    return median_seconds(once, repeats=repeats)

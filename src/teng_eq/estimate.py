@@ -17,10 +17,10 @@ derivative of L per multi-index α, along a monomial that has exactly the deriva
 every point. With Λ(k) = Σ_α ⟨a_α⟩ (ik)^α its Fourier diagonal (the coefficients' means)
 and R = L′ − Λ the rest, each step of size h does
 
-    ê ← e^{hΛ} ê + φ₁(hΛ) (h (R e)^ + ∫δ^),   φ₁(z) = (e^z − 1)/z,
+    ê ← e^{hΛ} ê + h φ₁(hΛ) (R e)^ + ∫δ^,   φ₁(z) = (e^z − 1)/z
 
-the coefficients the mean of both ends' (the Hermite term ∫δ below spread over the
-step, as the exponential Euler rule has it). A constant-coefficient operator (heat, the
+(the exponential Euler rule for the rest, the coefficients the mean of both ends'; the
+step's local term ∫δ, below, as the step left it at its end). A constant-coefficient operator (heat, the
 biharmonic, advection–diffusion, an anisotropic diffusion) is then propagated exactly,
 damped modes damped; a variable part (Allen–Cahn's reaction, Burgers' advection, a
 variable diffusivity) by the explicit rule, on the modes the held-out grid resolves.
@@ -161,7 +161,7 @@ class Transport(eqx.Module):
                      for r, s in zip(rest, self.symbols))
         z = h * lam
         phi1 = np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
-        new = np.exp(z) * e_hat + phi1 * (h * fft(rest_e) + fft(defect))
+        new = np.exp(z) * e_hat + phi1 * h * fft(rest_e) + fft(defect)
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
 
 

@@ -102,20 +102,22 @@ class Equation(eqx.Module):
         ic = self.initial_conditions.get(self.initial_condition)
         ic_name = f"{getattr(ic, '__module__', '?')}:{getattr(ic, '__qualname__', self.initial_condition)}"
         ic_key = (f"{prefix}.initial_condition", self.initial_condition)
-        u0 = _checked(ic_key, ic_name, "u₀(x) with x coordinate first", n, lambda: self.u0(x), traced=False)
-        _checked(ic_key, ic_name, "u₀(x) with x coordinate first, NumPy or JAX", n, lambda: self.u0(points.T))
+        u0 = _checked(ic_key, ic_name, "u₀(x) with x coordinate first", n, self.u0, (x,), traced=False)
+        _checked(ic_key, ic_name, "u₀(x) with x coordinate first, NumPy or JAX", n, lambda p: self.u0(p.T),
+                 (points,))
         u, grad, _ = derivatives(lambda p: self.u0(p.T), points)
         key, cls = (f"{prefix}.impl", impl), type(self)
         if cls.nonlinear is not Equation.nonlinear:
-            _checked(key, f"{impl}.nonlinear", "nonlinear(u, grad_u)", n, lambda: self.nonlinear(u, grad))
+            _checked(key, f"{impl}.nonlinear", "the short form's nonlinear(u, grad_u), or operator(u, t)", n,
+                     lambda v, g: self.nonlinear(v, g), (u, grad))
         _checked(key, f"{impl}.operator", "operator(u, t) on u₀ at t = 0", n,
-                 lambda: operator(self, lambda p: self.u0(p.T), points, 0.0))
+                 lambda p, t: operator(self, lambda q: self.u0(q.T), p, t), (points, 0.0))
         if cls.growth_rate is not Equation.growth_rate:
             _checked(key, f"{impl}.growth_rate", "growth_rate(u, grad_u) on u₀, a number", n,
-                     lambda: self.growth_rate(u, grad), scalar=True)
+                     lambda v, g: self.growth_rate(v, g), (u, grad), scalar=True)
         if cls.solution is not Equation.solution:
             exact = _checked(key, f"{impl}.solution", "solution(x, t) with x coordinate first", n,
-                             lambda: self.solution(x, 0.0), traced=False)
+                             self.solution, (x, 0.0), traced=False)
             gap = float(np.max(np.abs(np.asarray(exact) - np.asarray(u0))))
             if gap > 1e-10 * max(1.0, float(np.max(np.abs(u0)))):
                 raise bad(*key, f"{impl}.solution(x, 0) differs from u₀ by up to {gap:.3g} on {n} points")
@@ -249,14 +251,14 @@ def _takes_equation(fn: Callable) -> bool:
     return sum(p.kind in kinds and p.default is inspect.Parameter.empty for p in params) >= 2
 
 
-def _checked(key: tuple[str, object], where: str, what: str, points: int, call: Callable, *,
+def _checked(key: tuple[str, object], where: str, what: str, points: int, call: Callable, args: tuple, *,
              scalar: bool = False, traced: bool = True):
-    """``call()`` (traced by ``jax.jit`` unless not ``traced``) as a check of
-    :meth:`Equation.check_functions` on ``points`` points: its value, of shape
-    ``(points,)`` (``()`` if ``scalar``; None allowed there), real, finite; else a
+    """``call(*args)`` (traced by ``jax.jit``, its arguments tracers, unless not ``traced``)
+    as a check of :meth:`Equation.check_functions` on ``points`` points: its value, of
+    shape ``(points,)`` (``()`` if ``scalar``; None allowed there), real, finite; else a
     one-line :class:`~teng_eq.errors.ConfigError` about ``key`` naming ``where``."""
     try:
-        out = jax.jit(call)() if traced else call()
+        out = jax.jit(call)(*args) if traced else call(*args)
     except NotImplementedError:
         raise bad(*key, f"{where} is not defined: {what}") from None
     except Exception as err:  # a user's code: whatever it raises, said in one line
