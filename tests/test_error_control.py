@@ -23,6 +23,7 @@ from helpers.stops import Stop, stop_at
 from teng_eq import analysis, report
 from teng_eq.checkpoint import CheckpointStore
 from teng_eq.controller import Controller, ControllerState
+from teng_eq.driver import Adaptive
 from teng_eq.equations import operator
 from teng_eq.errors import ConfigError, Diverged
 from teng_eq.estimate import Defect, ErrorEstimate, Transport
@@ -540,3 +541,30 @@ def test_the_embedded_estimates_leading_constant(tableau):
 
     h = 1e-3
     assert err(h) / (h * lam) ** q == pytest.approx(tableau.error_constant, rel=1e-2)
+
+
+@pytest.mark.parametrize("tableau, x", [(HEUN, 2.0), (BS3, 2.512), (RK4, 2.785)], ids=lambda v: getattr(v, "name", ""))
+def test_the_stability_interval_of_each_tableau(tableau, x):
+    """|R(−s)| ≤ 1 on [0, x] and not beyond (R the stability polynomial: Heun's
+    1 + z + z²/2 is 1 at −2; the others' by their known intervals, to 1e-3)."""
+    limit = tableau.stability_limit
+    assert limit == pytest.approx(x, abs=2e-3)
+    R = np.polynomial.Polynomial([1.0, 1.0, 1 / 2, 1 / 6, 1 / 24][: tableau.order + 1])
+    assert np.all(np.abs(R(-np.linspace(0, limit, 200))) <= 1 + 1e-9) and abs(R(-limit - 0.01)) > 1
+
+
+def test_the_fastest_resolved_decay_of_the_biharmonic_sets_the_stable_step():
+    """On ∂ₜu = −κΔ²u fitted on a 32² grid of [0, 2π)² the fastest decay a fit can hold is
+    κ·16⁴ (|k| ≤ 16); under ``dt: auto`` Heun's tries are then at most 0.9·2/(κ·16⁴)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from kuramoto_sivashinsky import Biharmonic
+
+    base = make_config("equation.initial_condition=sines2d").equation
+    eq = Biharmonic(name="b", kappa=0.01, lengths=base.lengths, initial_condition="two_modes")
+    held = eq.holdout(32, 16)
+    transport = Transport(eq.periods, held.grid_shape, eq.order, resolved=(32, 32))
+    a = transport.coefficients(eq, lambda p: jnp.sin(p[:, 0]) * jnp.cos(p[:, 1]), held.points, 0.0)
+    assert transport.radius(a) == pytest.approx(0.01 * 16**4, rel=1e-12)
+    schedule = Adaptive(make_config("dt=auto").controller, [0.1], 2, HEUN.error_constant, HEUN.stability_limit)
+    assert schedule.stable_step(transport.radius(a)) == pytest.approx(0.9 * 2.0 / (0.01 * 16**4), rel=1e-12)
+    assert schedule.stable_step(None) == math.inf

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -128,7 +129,7 @@ class FixedSteps:
     def done(self, state: RunState) -> bool:
         return state.n >= self.n_steps
 
-    def propose(self, state: RunState, controller) -> tuple[float, float]:
+    def propose(self, state: RunState, controller, cap: float = math.inf) -> tuple[float, float]:
         return self.dt, (state.n + 1) * self.dt
 
     def judge(self, controller, h: float, metrics) -> tuple[bool, None, None]:
@@ -139,24 +140,35 @@ class FixedSteps:
 class Adaptive:
     """``dt: auto``: the ``controller`` proposes each step's size, landing on ``stops``, and
     judges each try by its embedded estimate of ``order``: ``(keep, its state after it, why
-    the run cannot go on or None)``."""
+    the run cannot go on or None)``. A try is at most ``cap`` (:meth:`stable_step`)."""
 
     controller: Controller
     stops: Sequence[float]
     order: int
     constant: float  # of the embedded estimate's leading term (Method.error_constant)
+    stability: float | None = None  # x of the step's stability interval [−x, 0] (Method.stability_limit)
     logs_time = True
 
-    def first(self, norm: float, derivative: float | None) -> ControllerState:
+    def first(self, norm: float, derivative: float | None, cap: float = math.inf) -> ControllerState:
         """The controller's state before the first try (:meth:`Controller.first_step`)."""
-        return ControllerState(self.controller.first_step(norm, derivative, self.constant, self.order,
-                                                          self.stops[-1]))
+        return ControllerState(min(self.controller.first_step(norm, derivative, self.constant, self.order,
+                                                              self.stops[-1]), cap))
+
+    def stable_step(self, radius: float | None) -> float:
+        """``safety · x / ρ``: the largest step stable on every mode the fit resolves, which
+        L′[û] damps at rates up to ``radius`` ρ (:meth:`~teng_eq.estimate.Transport.radius`).
+        An explicit step beyond it amplifies the fastest of them by more than 1 per step,
+        unseen by the embedded estimate until it dominates (biharmonic κ = 0.01 on 32²
+        diverged so at t = 0.036 without the cap). ∞: no cap (no radius, no stability limit)."""
+        if self.stability is None or not radius:
+            return math.inf
+        return self.controller.safety * self.stability / radius
 
     def done(self, state: RunState) -> bool:
         return state.t >= self.stops[-1]
 
-    def propose(self, state: RunState, controller: ControllerState) -> tuple[float, float]:
-        return self.controller.plan(state.t, controller.dt, self.stops)
+    def propose(self, state: RunState, controller: ControllerState, cap: float = math.inf) -> tuple[float, float]:
+        return self.controller.plan(state.t, min(controller.dt, cap), self.stops)
 
     def judge(self, controller: ControllerState, h: float, metrics) -> tuple[bool, ControllerState, str | None]:
         keep, after, r = self.controller.decide(controller, h, float(metrics["local_error"]),
@@ -234,8 +246,8 @@ def start(loop: Loop, method_state) -> RunState:
         estimate, fields["u_sq"] = loop.program.estimate.start(method_state)
         fields["est"] = estimate.error
         derivative = loop.program.estimate.derivative(estimate, loop.order)
-    controller = loop.schedule.first(float(np.sqrt(fields.get("u_sq", fields["ref_sq"]))), derivative) if (
-        isinstance(loop.schedule, Adaptive)) else None
+    controller = loop.schedule.first(float(np.sqrt(fields.get("u_sq", fields["ref_sq"]))), derivative,
+                                     stable_step(loop, estimate)) if isinstance(loop.schedule, Adaptive) else None
     return RunState(method_state, 0, 0.0, (Row(0, 0.0, **fields),), Clock(eval_s=seconds),
                     controller=controller, estimate=estimate)
 
@@ -248,8 +260,9 @@ def advance(loop: Loop, state: RunState) -> RunState:
     the state after it, its row appended."""
     n, key = state.n + 1, jax.random.fold_in(loop.key, state.n + 1)
     controller, iterations, seconds = state.controller, state.iterations, 0.0
+    cap = stable_step(loop, state.estimate)
     while True:
-        h, t = loop.schedule.propose(state, controller)
+        h, t = loop.schedule.propose(state, controller, cap)
         # The local error the try may expect: the last step's, scaled by (h / its Δt)^order.
         expected = 0.0 if loop.program.inputs.expected is None or state.n == 0 else (
             state.rows[-1].metrics["local_error"] * (h / (state.t - state.rows[-2].t)) ** loop.order)
@@ -262,6 +275,8 @@ def advance(loop: Loop, state: RunState) -> RunState:
         if stuck is not None:
             raise Diverged(f"{loop.name}: at t={state.t:.6g} {stuck}", n, n - 1)
     metrics = {k: float(v) for k, v in record.metrics.items()} | ({"t": t, "dt": h} if loop.schedule.logs_time else {})
+    if math.isfinite(cap):
+        metrics["dt_stable"] = cap
     fields, clock, local, checked = observe(loop, state, new, metrics, h, t)
     losses = [r.metrics["step_loss"] for r in state.rows if r.n > 0 and "step_loss" in r.metrics]
     why = divergence_reason(checked, losses or None, n, loop.divergence_factor, scale=fields.get("ref_sq", 0.0))
@@ -278,6 +293,14 @@ def advance(loop: Loop, state: RunState) -> RunState:
     row = Row(n, t if loop.sequential else None, metrics, record.table(), clock.stepping, **fields)
     return RunState(new, n, t if loop.sequential else 0.0, (*state.rows, row), clock, iterations, controller,
                     estimate)
+
+
+def stable_step(loop: Loop, estimate: ErrorEstimate | None) -> float:
+    """The largest stable try from the estimate's latest fields under ``dt: auto``
+    (:meth:`Adaptive.stable_step`); ∞ at a fixed Δt or without the transport estimate."""
+    if not isinstance(loop.schedule, Adaptive) or estimate is None:
+        return math.inf
+    return loop.schedule.stable_step(loop.program.estimate.radius(estimate))
 
 
 def observe(loop: Loop, state: RunState, new, metrics: dict, h: float, t: float):
@@ -380,9 +403,10 @@ def resume(saved: Checkpoint, loop: Loop, adaptive: bool) -> RunState:
     rows = [r if r.state is None else dataclasses.replace(r, snapshot=(
         np.asarray(loop.program.evaluate(state_from_bytes(r.state, saved.state), r.t)),
         loop.meter.reference_at(r.n, r.t))) for r in rows]
-    estimate = loop.program.estimate
-    errors = None if estimate is None else ErrorEstimate(
-        estimate.kind, estimate.weights, saved.history["est_vector"], info["est_error"], transport=estimate.transport)
+    estimate, t = loop.program.estimate, rows[-1].t if loop.sequential else 0.0
+    errors = None if estimate is None else ErrorEstimate(  # with the next step's start fields, as unstopped
+        estimate.kind, estimate.weights, saved.history["est_vector"], info["est_error"], transport=estimate.transport,
+        fields=estimate.fields(saved.state, t) if loop.sequential else None)
     clock = Clock(**{k: info[k] for k in ("stepping", "eval_s", "estimate_s")})
-    return RunState(saved.state, saved.step, rows[-1].t if loop.sequential else 0.0, tuple(rows), clock,
+    return RunState(saved.state, saved.step, t, tuple(rows), clock,
                     info["iterations_total"], ControllerState.from_info(info) if adaptive else None, errors)

@@ -104,21 +104,41 @@ class Transport(eqx.Module):
     """The error's transport through L′[û] on a periodic grid of ``shape`` (module
     docstring): the multi-indices ``alphas`` of a differential operator of the
     equation's order and their symbols (ik)^α on the grid's wave numbers (flattened
-    'ij', the grid's point order; odd derivatives of the Nyquist wave are 0)."""
+    'ij', the grid's point order; odd derivatives of the Nyquist wave are 0), and on the
+    wave numbers a fit on a grid of shape ``resolved`` represents, |k_i| ≤ π m_i / L_i
+    (an ellipse; ``resolving``), where a step must be stable (:meth:`radius`)."""
 
     alphas: tuple[tuple[int, ...], ...] = eqx.field(static=True)
     shape: tuple[int, ...] = eqx.field(static=True)
     symbols: np.ndarray  # (alphas, n) complex
+    resolving: np.ndarray  # (alphas, modes) complex
 
-    def __init__(self, periods, shape: tuple[int, ...], order: int):
+    def __init__(self, periods, shape: tuple[int, ...], order: int, resolved: tuple[int, ...] | None = None):
         dim = len(shape)
         self.alphas = tuple(a for a in itertools.product(range(order + 1), repeat=dim) if sum(a) <= order)
         self.shape = tuple(shape)
-        k = [2 * np.pi / length * np.fft.fftfreq(m, 1.0 / m) for length, m in zip(periods, shape)]
-        odd = [np.where(np.abs(kk) == m // 2, 0.0, kk) if m % 2 == 0 else kk for kk, m in zip(k, shape)]
+        self.symbols = self._symbols(periods, shape, nyquist_odd=True)
+        resolved = self.shape if resolved is None else tuple(resolved)
+        symbols = self._symbols(periods, resolved, nyquist_odd=False)
+        k = np.meshgrid(*[np.fft.fftfreq(m, 1.0 / m) / (m / 2) for m in resolved], indexing="ij")
+        self.resolving = symbols[:, sum(kk**2 for kk in k).ravel() <= 1.0]
+
+    def _symbols(self, periods, shape, nyquist_odd: bool) -> np.ndarray:
+        """(ik)^α for every α on the wave numbers of a grid of ``shape`` (flattened 'ij'),
+        ``nyquist_odd``: the Nyquist wave's odd derivatives 0 (as a spectral derivative's)."""
+        n = [np.fft.fftfreq(m, 1.0 / m) for m in shape]
+        k = [2 * np.pi / length * nn for length, nn in zip(periods, n)]
+        odd = [np.where(np.abs(nn) == m / 2, 0.0, kk) if nyquist_odd else kk for kk, nn, m in zip(k, n, shape)]
         mesh = [np.meshgrid(*axes, indexing="ij") for axes in (k, odd)]
-        self.symbols = np.stack([np.prod([(1j * mesh[a_i % 2][i]) ** a_i for i, a_i in enumerate(a)], axis=0).ravel()
-                                 for a in self.alphas])
+        return np.stack([np.prod([(1j * mesh[a_i % 2][i]) ** a_i for i, a_i in enumerate(a)], axis=0).ravel()
+                         for a in self.alphas])
+
+    def radius(self, a: np.ndarray) -> float:
+        """ρ = max over the resolved wave numbers of −Re Λ(k) (≥ 0), Λ from the mean
+        coefficients ``a`` (:meth:`symbol`): the fastest rate at which L′[û] damps a mode
+        the fit can hold. An explicit step of Δt is stable on all of them where Δt ρ is
+        within its stability interval."""
+        return max(0.0, float(np.max(-(np.mean(np.asarray(a, np.float64), axis=1) @ self.resolving).real)))
 
     def coefficients(self, equation: Equation, u_fn: Callable, points, t) -> Float[Array, "alphas n"]:
         """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
@@ -179,7 +199,8 @@ class Defect(eqx.Module):
     fields ∇f, Δf of both ends; any other from L applied to p(½) as a function, which
     needs both ends' θ. Where the equation declares no growth rate, each end's fields
     carry μ measured there (``modes``: :func:`measured_growth_rate`'s basis); under
-    ``transport`` (a periodic grid) the coefficients of L′[û] instead (:class:`Transport`).
+    ``transport`` (a periodic grid) the coefficients of L′[û] instead (:class:`Transport`),
+    ``resolved`` the shape of the fit's grid (the wave numbers a step must be stable on).
     """
 
     space: ParamSpace
@@ -191,7 +212,8 @@ class Defect(eqx.Module):
     hermite: bool = eqx.field(static=True)
     short: bool = eqx.field(static=True)
 
-    def __init__(self, space: ParamSpace, equation: Equation, quadrature: Quadrature, kind: str):
+    def __init__(self, space: ParamSpace, equation: Equation, quadrature: Quadrature, kind: str,
+                 resolved: tuple[int, ...] | None = None):
         self.space, self.equation = space, equation
         self.short = equation.autonomous and type(equation).operator is Equation.operator
         self.hermite = kind in ("transport", "hermite", "hermite_triangle") and (self.short or equation.order <= 2)
@@ -200,7 +222,7 @@ class Defect(eqx.Module):
             weights = jnp.where(quadrature.boundary, 0.0, weights)
         self.points, self.weights = jnp.asarray(quadrature.points), weights
         periodic = equation.periods is not None and quadrature.grid_shape is not None
-        self.transport = Transport(equation.periods, quadrature.grid_shape, equation.order) if (
+        self.transport = Transport(equation.periods, quadrature.grid_shape, equation.order, resolved) if (
             kind == "transport" and periodic) else None
         declared = type(equation).growth_rate is not Equation.growth_rate
         self.modes = None if declared or self.transport else fourier_modes(equation.periods, len(self.points))
@@ -320,8 +342,8 @@ class ErrorEstimate:
     """``E_n`` (module docstring), advanced on the host step by step: ``vector`` (the
     estimated error on the points, for the kinds that sum defects as vectors) and
     ``error`` (its norm, or the running triangle sum), what a checkpoint keeps; and
-    ``fields``, the :class:`Fields` of step n's end, the next step's start (None after a
-    resume: computed again)."""
+    ``fields``, the :class:`Fields` of step n's end, the next step's start (a resume
+    computes them again from the checkpoint's state)."""
 
     kind: str
     weights: np.ndarray
@@ -390,6 +412,12 @@ class CompiledEstimate:
         e0, norm0 = jax.device_get(self.initial(state))
         estimate = ErrorEstimate.start(self.kind, self.weights, e0, self.transport)
         return dataclasses.replace(estimate, fields=self.fields(state, 0.0)), float(norm0) ** 2
+
+    def radius(self, estimate: ErrorEstimate) -> float | None:
+        """ρ of the latest fields' L′[û] (:meth:`Transport.radius`); None without the transport."""
+        if self.transport is None or estimate.fields is None:
+            return None
+        return self.transport.radius(estimate.fields.coefficients)
 
     def derivative(self, estimate: ErrorEstimate, q: int) -> float | None:
         """‖∂ₜ^q u‖ at t = 0 on the points, as (L′[û₀])^{q−1} L[û₀] (:meth:`Transport.apply`;

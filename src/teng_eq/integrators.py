@@ -144,6 +144,25 @@ class ButcherTableau(eqx.Module):
         return float(sum(w * (k[m] if len(k) > m else 0.0) for w, k in zip(self.b_error or (), kappa)))
 
     @property
+    def stability_limit(self) -> float:
+        """x of the stability interval [−x, 0] on the negative real axis: |R(z)| ≤ 1 there,
+        R(z) = 1 + Σ_{m≥1} z^m bᵀA^{m−1}𝟙 the method's stability polynomial (Euler, Heun 2,
+        Bogacki–Shampine 2.51, RK4 2.79). A step of Δt is stable on a mode that decays at
+        rate ρ where Δt ρ ≤ x: what ``dt: auto`` caps a step by on a stiff operator."""
+        s = len(self.b)
+        A = np.zeros((s, s))
+        for j, row in enumerate(self.a):
+            A[j + 1, : j + 1] = row
+        powers, v = [], np.ones(s)
+        for _ in range(s):
+            powers.append(float(np.asarray(self.b) @ v))
+            v = A @ v
+        poly = np.polynomial.Polynomial([1.0, *powers])
+        z = -np.linspace(0.0, 8.0, 8001)
+        outside = np.nonzero(np.abs(poly(z)) > 1.0 + 1e-12)[0]
+        return float(-z[outside[0] - 1]) if outside.size else 8.0
+
+    @property
     def fsal(self) -> bool:
         """Whether the error estimate uses the slope at the step's end (one operator
         evaluation on the final network)."""

@@ -143,7 +143,8 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
                   frozenset(float(t) for t in snapshot_times))
     order = method.error_order(cfg.method.options)
     schedule = (driver.Adaptive(cfg.controller, cfg.controller.stops(cfg.t_final), order,
-                                method.error_constant(cfg.method.options)) if cfg.adaptive
+                                method.error_constant(cfg.method.options),
+                                method.stability_limit(cfg.method.options)) if cfg.adaptive
                 else driver.FixedSteps(cfg.dt, method.n_steps))
     loop = driver.Loop(program, schedule, meter, key, method.sequential, order, method.n_steps,
                 keep_states=method.sequential and checkpoints is not None,

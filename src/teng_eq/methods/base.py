@@ -113,6 +113,13 @@ class Method(eqx.Module):
         sizes a first step by. 0: unknown."""
         return 0.0
 
+    @classmethod
+    def stability_limit(cls, options) -> float | None:
+        """x of the step's stability interval [−x, 0]
+        (:attr:`teng_eq.integrators.ButcherTableau.stability_limit`): under ``dt: auto`` a
+        step is at most x/ρ, ρ the fastest decay the fit's grid resolves. None: no cap."""
+        return None
+
     @property
     def expects_error(self) -> bool:
         """Whether ``step`` reads ``inputs.expected`` (TENG under the ``local_error``

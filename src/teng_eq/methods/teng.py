@@ -81,6 +81,7 @@ class TENG(ThetaMethod):
 
     advance: TENGStep
     holdout: Holdout = eqx.field(static=True)
+    grid_shape: tuple[int, ...] | None = eqx.field(static=True, default=None)  # the fit's grid
 
     @classmethod
     def error_order(cls, options: Options) -> int:
@@ -90,9 +91,15 @@ class TENG(ThetaMethod):
     def error_constant(cls, options: Options) -> float:
         return TABLEAUS[options.integrator].error_constant if TABLEAUS[options.integrator].b_error else 0.0
 
+    @classmethod
+    def stability_limit(cls, options: Options) -> float:
+        return TABLEAUS[options.integrator].stability_limit
+
     def defect(self, kind: str) -> Defect:
-        """On the held-out points of the step (points no fit uses)."""
-        return Defect(self.space, self.advance.equation, self.advance.holdout, kind)
+        """On the held-out points of the step (points no fit uses); the fit's grid bounds
+        the wave numbers the step must be stable on."""
+        return Defect(self.space, self.advance.equation, self.advance.holdout, kind,
+                      resolved=self.grid_shape)
 
     @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:
@@ -114,7 +121,7 @@ class TENG(ThetaMethod):
             holdout=eq.holdout(options.grid, options.holdout.points(options.grid)),
             warm_start=options.warm_start, warm_rate=options.warm_rate,
         )
-        return {"advance": advance, "holdout": options.holdout}
+        return {"advance": advance, "holdout": options.holdout, "grid_shape": quadrature.grid_shape}
 
     def init(self) -> Float[Array, " params"] | Extrapolating:
         theta = self.theta0
