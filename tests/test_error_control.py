@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.configs import ROOT, TINY_ADAPTIVE, compose_conf, make_config, make_equation
+from helpers.configs import CHEAP_FIT, ROOT, SINES32, TINY_ADAPTIVE, compose_conf, make_config, make_equation
 from helpers.fake_methods import DECAY
 from helpers.numerics import convergence_order, rel_l2
 from helpers.stops import Stop, stop_at
@@ -568,3 +568,17 @@ def test_the_fastest_resolved_decay_of_the_biharmonic_sets_the_stable_step():
     schedule = Adaptive(make_config("dt=auto").controller, [0.1], 2, HEUN.error_constant, HEUN.stability_limit)
     assert schedule.stable_step(transport.radius(a)) == pytest.approx(0.9 * 2.0 / (0.01 * 16**4), rel=1e-12)
     assert schedule.stable_step(None) == math.inf
+
+
+def test_dt_initial_auto_sizes_the_first_try_at_the_tolerance(cache_dir):
+    """``dt_initial: auto`` on heat: the first try is the step whose embedded estimate
+    |C|Δt^q ‖∂ₜ^q u‖ (Heun–Euler: C = −½, q = 2; ‖∂ₜ²u‖ from L′[û₀]L[û₀]) is 0.9 times the
+    tolerance; the step taken reports an estimate within 10 % of that, and is kept."""
+    records = []
+    cfg = make_config(*SINES32, "t_final=0.05", "dt=auto", "controller.dt_initial=auto", "controller.rtol=1e-5",
+                      "progress=false", *CHEAP_FIT)
+    r = run_simulation(cfg, cache_dir=cache_dir, on_step=records.append)
+    first = records[1].metrics
+    tolerance = 1e-12 + 1e-5 * first["u_l2"]
+    assert first["local_error"] / tolerance == pytest.approx(0.9, rel=0.1)
+    assert r.scalars["steps_rejected"] == 0 and first["dt"] > 0.001

@@ -62,8 +62,9 @@ class Controller:
     """The ``controller`` config group (module docstring): tolerances ``rtol`` and
     ``atol`` (relative to ‖û‖ and absolute, L² norms), the first try ``dt_initial`` (a
     number, or ``auto``: :meth:`first_step`), bounds ``dt_min``, ``dt_max``, the ``safety``
-    factor, and ``outputs``: the horizon is split into this many equal intervals whose
-    ends every run lands on."""
+    factor, ``outputs``: the horizon is split into this many equal intervals whose
+    ends every run lands on, and ``stability_cap``: whether a try is kept below the stable
+    step of the fit's fastest mode (:meth:`teng_eq.driver.Adaptive.stable_step`)."""
 
     rtol: float
     atol: float
@@ -72,6 +73,7 @@ class Controller:
     dt_max: float
     safety: float
     outputs: int
+    stability_cap: bool = True
 
     #: Bounds of the step-size ratio per step (Hairer & Wanner's usual values).
     factor_min: ClassVar[float] = 0.2

@@ -15,6 +15,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import jax
 import numpy as np
@@ -149,18 +150,25 @@ class Adaptive:
     stability: float | None = None  # x of the step's stability interval [−x, 0] (Method.stability_limit)
     logs_time = True
 
+    #: The share of the stable step (``cap``) a first try of ``dt_initial: auto`` may take:
+    #: θ₀'s fit residual between the nodes is no part of the error model, and a first step
+    #: at the stable step left Kuramoto–Sivashinsky's to grow until the run failed.
+    FIRST_OF_CAP: ClassVar[float] = 0.25
+
     def first(self, norm: float, derivative: float | None, cap: float = math.inf) -> ControllerState:
-        """The controller's state before the first try (:meth:`Controller.first_step`)."""
-        return ControllerState(min(self.controller.first_step(norm, derivative, self.constant, self.order,
-                                                              self.stops[-1]), cap))
+        """The controller's state before the first try (:meth:`Controller.first_step`), at
+        most ``cap`` (a number ``dt_initial``) or :attr:`FIRST_OF_CAP` of it (``auto``)."""
+        h = self.controller.first_step(norm, derivative, self.constant, self.order, self.stops[-1])
+        return ControllerState(min(h, cap * (self.FIRST_OF_CAP if self.controller.dt_initial == "auto" else 1.0)))
 
     def stable_step(self, radius: float | None) -> float:
         """``safety · x / ρ``: the largest step stable on every mode the fit resolves, which
         L′[û] damps at rates up to ``radius`` ρ (:meth:`~teng_eq.estimate.Transport.radius`).
         An explicit step beyond it amplifies the fastest of them by more than 1 per step,
         unseen by the embedded estimate until it dominates (biharmonic κ = 0.01 on 32²
-        diverged so at t = 0.036 without the cap). ∞: no cap (no radius, no stability limit)."""
-        if self.stability is None or not radius:
+        diverged so at t = 0.036 without the cap). ∞: no cap (no radius, no stability limit,
+        ``controller.stability_cap: false``)."""
+        if self.stability is None or not radius or not self.controller.stability_cap:
             return math.inf
         return self.controller.safety * self.stability / radius
 
