@@ -517,7 +517,7 @@ def test_burgers_linearised_coefficients_are_its_jacobian():
     eq = make_config("equation=burgers", "equation.initial_condition=sines2d").equation
     held = eq.holdout(16, 16)
     transport = Transport(eq.periods, held.grid_shape, eq.order)
-    u = lambda p: jnp.sin(p[:, 0]) * jnp.cos(2 * p[:, 1])  # noqa: E731
+    u = lambda p: jnp.sin(p[:, 0]) * jnp.cos(2 * p[:, 1])
     a = dict(zip(transport.alphas, np.asarray(transport.coefficients(eq, u, held.points, 0.0))))
     x, y = np.asarray(held.points).T
     value, grad = np.sin(x) * np.cos(2 * y), (np.cos(x) * np.cos(2 * y), -2 * np.sin(x) * np.sin(2 * y))

@@ -175,7 +175,7 @@ class Transport(eqx.Module):
         """e at the step's end from e at its start, the step's ``defect`` ∫δ and the
         coefficients ``a`` over the step (module docstring); on the host, NumPy."""
         lam, rest = self.symbol(np.asarray(a, np.float64))
-        fft = lambda v: np.fft.fftn(np.reshape(v, self.shape)).ravel()  # noqa: E731
+        fft = lambda v: np.fft.fftn(np.reshape(v, self.shape)).ravel()
         e_hat = fft(e)
         rest_e = sum(r * np.fft.ifftn(np.reshape(s * e_hat, self.shape)).real.ravel()
                      for r, s in zip(rest, self.symbols))
