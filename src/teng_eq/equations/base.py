@@ -315,7 +315,7 @@ class Field:
 
     def d(self, *axes: int) -> Float[Array, " n"]:
         """``∂^k u / ∂x_{axes[0]} … ∂x_{axes[k-1]}`` at the points (``d()``: u itself); an
-        axis that is not one of the field's (0 … dim − 1) raises :class:`IndexError`."""
+        axis that is not one of the field's (0 … dim − 1) raises ``IndexError``."""
         dim = self.points.shape[1]
         for a in axes:
             if not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not 0 <= a < dim:
