@@ -236,14 +236,17 @@ class Holdout:
     fail: float
 
     #: Held-out points per dimension at most, when ``grid`` is None: a few per
-    #: feature of the solution, at a cost small beside the fit's grid.
+    #: feature of the solution, at a cost small beside the fit's grid (on a line its
+    #: square: a 1-D front needs the points a 2-D one gets from both axes).
     AUTO_MAX: ClassVar[int] = 32
 
-    def points(self, quadrature_grid: int) -> int:
-        """Held-out points per dimension for a quadrature grid of ``quadrature_grid``."""
+    def points(self, quadrature_grid: int, dim: int = 2) -> int:
+        """Held-out points per dimension for a quadrature grid of ``quadrature_grid``
+        points per dimension in ``dim`` dimensions."""
         if self.grid is not None:
             return self.grid
-        return max(d for d in range(1, min(self.AUTO_MAX, quadrature_grid) + 1) if quadrature_grid % d == 0)
+        most = self.AUTO_MAX**2 if dim == 1 else self.AUTO_MAX
+        return max(d for d in range(1, min(most, quadrature_grid) + 1) if quadrature_grid % d == 0)
 
     def flag(self, ratios) -> str:
         """``"fail"`` if some step's held-out/training loss ratio exceeds ``fail``,

@@ -238,12 +238,18 @@ def check_signals(record: StepRecord, state) -> None:
     interrupts.check()
 
 
+#: Fields kept along a 1-D run for its x–t images (:func:`teng_eq.plots.line_fields`).
+LINE_SNAPSHOTS = 200
+
+
 def snapshot_plan(run_cfg) -> dict[str, list]:
     """The density plot's times: the start, a third, two thirds and the end, as steps
-    (fixed Δt) or as times the controller lands on (``dt: auto``)."""
+    (fixed Δt) or as the first steps at or after those times (``dt: auto``); on a line
+    :data:`LINE_SNAPSHOTS` + 1 of them, the rows of its x–t images."""
+    parts = LINE_SNAPSHOTS if run_cfg.equation.dim == 1 else 3
     if run_cfg.adaptive:
-        return {"snapshot_times": [run_cfg.t_final * i / 3 for i in range(3)] + [run_cfg.t_final]}
-    return {"snapshot_steps": spread(run_cfg.n_steps, 3, first=0)}
+        return {"snapshot_times": [run_cfg.t_final * i / parts for i in range(parts)] + [run_cfg.t_final]}
+    return {"snapshot_steps": spread(run_cfg.n_steps, parts, first=0)}
 
 
 def job_tags(cfg: DictConfig, context: JobContext, chash: str) -> dict[str, str]:
@@ -421,6 +427,7 @@ def _write_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: 
         for png in ("error.png", "loss_iterations.png"):
             run.artifact(tmp / png, "plots")
         if result.snapshots:
-            plots.density(tmp / "density.png", result.snapshots, result.times,
-                          run_cfg.equation.evaluation(run_cfg.eval_grid), title=name)
+            draw = plots.line_fields if run_cfg.equation.dim == 1 else plots.density
+            draw(tmp / "density.png", result.snapshots, result.times, run_cfg.equation.evaluation(run_cfg.eval_grid),
+                 title=name)
             run.artifact(tmp / "density.png", "plots")

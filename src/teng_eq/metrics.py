@@ -31,3 +31,11 @@ def global_relative_l2(err_sq, ref_sq, times) -> float:
     if times.size == 1:
         return float(np.sqrt(err_sq[0] / ref_sq[0]))
     return float(np.sqrt(trapezoid(err_sq, times) / trapezoid(ref_sq, times)))
+
+
+def frobenius_relative_l2(err_sq, ref_sq) -> float:
+    """``‖Û − U‖_F / ‖U‖_F`` over every output time (t = 0 included) from the per-time
+    squared norms: the sequential-in-time literature's error (RSNG, Berman & Peherstorfer
+    2023), each time weighted alike where ``global_relative_l2`` integrates in time; on
+    equispaced points and steps the two differ only by the end points' half weights."""
+    return float(np.sqrt(np.sum(np.asarray(err_sq, np.float64)) / np.sum(np.asarray(ref_sq, np.float64))))

@@ -131,6 +131,44 @@ def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
     return Path(path)
 
 
+def line_fields(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
+    """A 1-D run's fields (``snapshots`` as for :func:`density`, on the line's points):
+    u against x at four of the kept times (the reference dashed) and TENG − reference
+    beside them; below, x–t images of TENG and of |TENG − reference| (log scale) over every
+    kept time. Without a reference, the profiles and TENG's image alone."""
+    steps, x = sorted(snapshots), np.asarray(evaluation.points)[:, 0]
+    has_ref = snapshots[steps[0]][1] is not None
+    every = max(1, len(x) // 1024)  # an image row needs no more points than it has pixels
+    teng = np.stack([np.asarray(snapshots[n][0]) for n in steps])
+    ref = np.stack([np.asarray(snapshots[n][1]) for n in steps]) if has_ref else None
+    t = np.asarray([times[n] for n in steps])
+    fig, axes = plt.subplots(2, 2 if has_ref else 1, figsize=(11 if has_ref else 6, 7.5), squeeze=False)
+    for i, row in enumerate(sorted({round(k * (len(steps) - 1) / 3) for k in range(4)})):
+        axes[0, 0].plot(x, teng[row], color=f"C{i}", lw=1, label=f"t = {t[row]:.3g}")
+        if has_ref:
+            axes[0, 0].plot(x, ref[row], "--", color="k", lw=0.7)
+            axes[0, 1].plot(x, teng[row] - ref[row], color=f"C{i}", lw=1)
+    _label(axes[0, 0], "TENG (reference dashed)" if has_ref else "TENG (no reference)", "x", "u")
+    axes[0, 0].legend(fontsize=7)
+    extent = (float(x.min()), float(x.max()), float(t.min()), float(t.max()))
+    image = axes[1, 0].imshow(teng[:, ::every], origin="lower", extent=extent, aspect="auto")
+    fig.colorbar(image, ax=axes[1, 0])
+    _label(axes[1, 0], "TENG", "x", "t")
+    if has_ref:
+        _label(axes[0, 1], "TENG − reference", "x", "error")
+        error = np.abs(teng - ref)[:, ::every]
+        floor = max(float(error.max()) * 1e-6, np.finfo(float).tiny)
+        image = axes[1, 1].imshow(np.log10(np.maximum(error, floor)), origin="lower", extent=extent, aspect="auto",
+                                  cmap="magma")
+        fig.colorbar(image, ax=axes[1, 1], label="log₁₀ |error|")
+        _label(axes[1, 1], "|TENG − reference|", "x", "t")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return Path(path)
+
+
 def _section(points: np.ndarray, shape):
     """What a density panel shows of values on ``points``: ``(cut, extent, where)``, the
     values as an image (a 2-D grid; a 3-D grid's middle slice of its last axis, ``where``

@@ -21,7 +21,7 @@ from teng_eq.checkpoint import CheckpointStore
 from teng_eq.config import RunConfig
 from teng_eq.initial_fit import FitReport
 from teng_eq.methods.base import Method
-from teng_eq.metrics import global_relative_l2
+from teng_eq.metrics import frobenius_relative_l2, global_relative_l2
 from teng_eq.results import EVENTS, Row, StepRecord, run_error
 
 
@@ -211,6 +211,8 @@ def result(state: driver.RunState, curve: Sequence[Row], curve_s: float, method:
     times, err_sq, ref_sq, u_sq, est = (np.array([getattr(r, key) for r in curve], np.float64)
                                         for key in ("t", "err_sq", "ref_sq", "u_sq", "est"))
     scalars = {"iterations_total": state.iterations}
+    if measured:
+        scalars["frobenius_rel_l2"] = frobenius_relative_l2(err_sq, ref_sq)
     if state.estimate is not None:
         scalars["est_global_rel_l2"] = global_relative_l2(est**2, u_sq, times)
         scalars["estimate_s"] = state.clock.estimate_s

@@ -1,4 +1,4 @@
-"""Pseudo-spectral ETDRK4 reference for ``∂ₜu = ν Δu + N(u, ∇u)`` on a periodic 2-D box
+"""Pseudo-spectral ETDRK4 reference for ``∂ₜu = ν Δu + N(u, ∇u)`` on a periodic box of any dimension
 (paper, App. "Details on Obtaining Reference Solutions"), in float64 NumPy, with memory
 bounded independently of the number of output times.
 
@@ -21,6 +21,7 @@ are therefore bit-for-bit those of a run that kept every spectrum; read in time 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -92,8 +93,8 @@ def _uses_gradient(equation) -> bool:
 
 
 class _Pseudospectral:
-    """``N̂(û)``: u and its spectral gradient on a padded K₁×K₂ grid, ``equation.nonlinear``
-    there, back to the n₁×n₂-mode spectrum.
+    """``N̂(û)``: u and its spectral gradient on a padded K₁×…×K_d grid, ``equation.nonlinear``
+    there, back to the n₁×…×n_d-mode spectrum (rfftn layout: the last axis halved).
 
     The state keeps the modes |m_d| < n_d/2 (Nyquist dropped: its derivative is not
     real). A degree-p polynomial in fields with |m| < n/2 has |m| < pn/2; evaluating it
@@ -101,52 +102,54 @@ class _Pseudospectral:
     the kept modes are exact (the 3/2 rule for Burgers, 2 for the cubic Allen–Cahn term).
     """
 
-    def __init__(self, equation, shape: tuple[int, int], degree: int):
-        if equation.dim != 2 or len(shape) != 2:
-            raise ValueError(f"the pseudo-spectral solver is 2-D; got dim={equation.dim}, modes {shape}")
+    def __init__(self, equation, shape: tuple[int, ...], degree: int):
+        if equation.dim != len(shape):
+            raise ValueError(f"modes {shape} for a {equation.dim}-D equation")
         self.equation = equation
-        self.shape = shape
+        self.shape = tuple(shape)
         self.uses_gradient = _uses_gradient(equation)
         pads = [math.ceil((degree + 1) * n / 2) for n in shape]
         self.pad = tuple(k + (k % 2) for k in pads)
-        n1, n2 = shape
-        k1, k2 = wavenumbers(shape, equation.lengths)
-        self.keep = (np.abs(sfft.fftfreq(n1, 1.0 / n1))[:, None] < n1 / 2) & (
-            sfft.rfftfreq(n2, 1.0 / n2)[None, :] < n2 / 2
-        )
-        self.ik1 = 1j * k1 * self.keep
-        self.ik2 = 1j * k2 * self.keep
-        self.lin = -equation.nu * (k1**2 + k2**2)
-        self._buf = np.zeros((self.pad[0], self.pad[1] // 2 + 1), dtype=np.complex128)
+        ks = wavenumbers(shape, equation.lengths)
+        self.keep = np.ones([1] * len(shape), bool)
+        for axis, n in enumerate(shape):
+            m = sfft.rfftfreq(n, 1.0 / n) if axis == len(shape) - 1 else np.abs(sfft.fftfreq(n, 1.0 / n))
+            self.keep = self.keep & (m < n / 2).reshape([-1 if a == axis else 1 for a in range(len(shape))])
+        self.ik = [1j * k * self.keep for k in ks]
+        self.lin = -equation.nu * sum(k**2 for k in ks)
+        self._buf = np.zeros((*self.pad[:-1], self.pad[-1] // 2 + 1), dtype=np.complex128)
+        # The kept blocks: the low and the high (negative) modes along every axis but the
+        # last (halved: low modes only), as (index in the n-spectrum, index in the K-one).
+        h = [n // 2 for n in shape]
+        sides = [((slice(0, hd), slice(0, hd)), (slice(n - hd + 1, n), slice(k - hd + 1, k)))
+                 for n, k, hd in zip(shape[:-1], self.pad[:-1], h[:-1])]
+        self.blocks = [(tuple(b[0] for b in c) + (slice(0, h[-1]),), tuple(b[1] for b in c) + (slice(0, h[-1]),))
+                       for c in itertools.product(*sides)]
 
     def _to_grid(self, v: np.ndarray) -> np.ndarray:
-        """The K₁×K₂ grid values of the n₁×n₂-mode spectrum ``v``."""
-        (n1, n2), (k1, _) = self.shape, self.pad
-        h1, h2 = n1 // 2, n2 // 2
+        """The K grid values of the n-mode spectrum ``v``."""
         # One persistent zero-padded buffer: only the kept blocks are ever written, so
         # the rest stays zero, and no K-sized array is allocated per call (allocation
         # churn of MB-sized arrays alone doubled the run time).
         buf, scale = self._buf, math.prod(k / n for k, n in zip(self.pad, self.shape))
-        np.multiply(v[:h1, :h2], scale, out=buf[:h1, :h2])
-        np.multiply(v[n1 - h1 + 1 :, :h2], scale, out=buf[k1 - h1 + 1 :, :h2])
-        return sfft.irfft2(buf, s=self.pad, workers=_WORKERS)
+        for src, dst in self.blocks:
+            np.multiply(v[src], scale, out=buf[dst])
+        return sfft.irfftn(buf, s=self.pad, workers=_WORKERS)
 
     def _from_grid(self, f: np.ndarray) -> np.ndarray:
-        """The n₁×n₂-mode spectrum (|m_d| < n_d/2) of the K₁×K₂ grid values ``f``."""
-        (n1, n2), (k1, _) = self.shape, self.pad
-        h1, h2 = n1 // 2, n2 // 2
-        w = sfft.rfft2(f, workers=_WORKERS, overwrite_x=True)
-        out = np.zeros((n1, n2 // 2 + 1), dtype=np.complex128)
-        out[:h1, :h2] = w[:h1, :h2]
-        out[n1 - h1 + 1 :, :h2] = w[k1 - h1 + 1 :, :h2]
+        """The n-mode spectrum (|m_d| < n_d/2) of the K grid values ``f``."""
+        w = sfft.rfftn(f, workers=_WORKERS, overwrite_x=True)
+        out = np.zeros((*self.shape[:-1], self.shape[-1] // 2 + 1), dtype=np.complex128)
+        for src, dst in self.blocks:
+            out[src] = w[dst]
         return out * math.prod(n / k for k, n in zip(self.pad, self.shape))
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
         u = self._to_grid(v)
         if self.uses_gradient:
-            grad_u = np.stack([self._to_grid(self.ik1 * v), self._to_grid(self.ik2 * v)])
+            grad_u = np.stack([self._to_grid(ik * v) for ik in self.ik])
         else:
-            grad_u = np.broadcast_to(0.0, (2, *u.shape))
+            grad_u = np.broadcast_to(0.0, (len(self.shape), *u.shape))
         nl = np.asarray(self.equation.nonlinear(u, grad_u), dtype=np.float64)
         return self._from_grid(np.broadcast_to(nl, u.shape).copy() if nl.shape != u.shape else nl)
 
@@ -305,7 +308,7 @@ def spectrum_bytes(shape) -> int:
     return 16 * math.prod(shape[:-1]) * (shape[-1] // 2 + 1)
 
 
-def solve(equation, times, shape: tuple[int, int], dt: float, degree: int, memory: int) -> ETDRK4Solution:
+def solve(equation, times, shape: tuple[int, ...], dt: float, degree: int, memory: int) -> ETDRK4Solution:
     """Integrate from u₀ through every one of ``times``, keeping checkpoints that fit in
     ``memory`` bytes (every spectrum when they all do)."""
     times = _check_times(times)
@@ -315,7 +318,7 @@ def solve(equation, times, shape: tuple[int, int], dt: float, degree: int, memor
         raise ValueError(f"dt must be > 0, got {dt}")
     stride = max(1, math.ceil(len(times) * spectrum_bytes(shape) / memory))
     n_keep = -(-len(times) // stride)
-    checkpoints = np.empty((n_keep, shape[0], shape[1] // 2 + 1), dtype=np.complex128)
+    checkpoints = np.empty((n_keep, *shape[:-1], shape[-1] // 2 + 1), dtype=np.complex128)
     solution = ETDRK4Solution(equation, times, shape, dt, degree, stride, checkpoints)
     v = initial_spectrum(equation, shape) * solution.operator.keep
     for j in range(len(times)):
