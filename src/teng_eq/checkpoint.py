@@ -58,7 +58,7 @@ def save_network(path: Path, network: eqx.Module) -> Path:
 
 
 #: Arrays of a checkpoint with one entry per time index 0..n (a sequential run's rows).
-_PER_TIME = ("times", "err_sq", "ref_sq", "u_sq", "est", "boundary")
+_PER_TIME = ("times", "err_sq", "ref_sq", "u_sq", "est", "boundary", "rel_se")
 
 
 def rows_to_arrays(rows: Sequence[Row], est_vector: np.ndarray) -> dict[str, np.ndarray]:
@@ -89,7 +89,7 @@ def rows_from_arrays(a: Mapping[str, np.ndarray], n: int, sequential: bool) -> l
     for i in range(0 if sequential else 1, n + 1):
         step = {"metrics": {k: float(v[i - 1]) for k, v in scalars.items()}, "table": tables[i - 1],
                 "wall": float(a["wall"][i - 1])} if i > 0 else {}
-        timed = {key: float(a[key][i]) for key in _PER_TIME if key != "times"} if sequential else {}
+        timed = {key: float(a[key][i]) for key in _PER_TIME if key != "times" and key in a} if sequential else {}
         rows.append(Row(i, float(a["times"][i]) if sequential else None, **step, **timed,
                         state=a.get(f"snapshot.{i}")))
     return rows

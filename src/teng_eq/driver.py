@@ -27,7 +27,7 @@ from teng_eq.controller import Controller, ControllerState
 from teng_eq.errors import Diverged, WriteFailed
 from teng_eq.estimate import CompiledEstimate, ErrorEstimate
 from teng_eq.methods.base import Method, StepInputs
-from teng_eq.metrics import squared_norms
+from teng_eq.metrics import monte_carlo_se, squared_norms
 from teng_eq.results import Row, StepRecord
 
 #: A callback: a step's record as reported and the state after it; a true value stops the run there.
@@ -206,7 +206,7 @@ class Meter:
 
     def measure(self, n: int, t: float, state, keep_state: bool, since: float = -1.0) -> tuple[dict, float]:
         """The row's fields at time index n (time t; ``since``: the time before): the squared
-        norms, max |û| on the boundary, the snapshot (at a snapshot step, or under ``dt: auto``
+        norms (on a sampled domain the error's Monte Carlo standard error), max |û| on the boundary, the snapshot (at a snapshot step, or under ``dt: auto``
         at the first step at or after a snapshot time, which steps do not land on;
         ``keep_state``: the state's bytes too); the seconds."""
         start = time.perf_counter()
@@ -215,6 +215,8 @@ class Meter:
         err_sq, ref_sq = squared_norms(u, ref, self.weights) if ref is not None else (
             np.nan, squared_norms(u, u, self.weights)[1])
         out = {"err_sq": float(err_sq), "ref_sq": float(ref_sq)}
+        if ref is not None and self.cfg.equation.sampled:
+            out["rel_se"] = monte_carlo_se(u, ref)
         if self.program.boundary is not None:
             out["boundary"] = float(np.max(np.abs(np.asarray(self.program.boundary(state, t)))))
         if any(since < s <= t for s in self.times) if self.cfg.adaptive else (n in self.steps):

@@ -281,7 +281,7 @@ def odd_under_half_shift(equation: Equation, grid: int, tol: float = 1e-12) -> b
     :func:`resolve_init`.
     """
     periods = equation.periods
-    if grid % 2 or periods is None:
+    if grid % 2 or periods is None or equation.sampled:  # sampled points: no grid to map onto itself
         return False
     points = grid_points(grid, periods)
     shifted = points + 0.5 * jnp.asarray(periods)

@@ -314,6 +314,23 @@ class TENGStep(eqx.Module):
     holdout: Quadrature | None = None
     warm_start: str = eqx.field(static=True, default="previous")
     warm_rate: float = eqx.field(static=True, default=0.9)
+    moving: bool = eqx.field(static=True, default=False)
+
+    def moved(self, key: PRNGKeyArray) -> TENGStep:
+        """This step on its points shifted by one uniform random vector U modulo the
+        periods, x ↦ (x + U) mod L (a Cranley–Patterson rotation; the held-out points by
+        another): fresh points each step (``moving``), a randomised quasi-Monte Carlo set
+        when the points are a Sobol set, so that no error hides between fixed nodes."""
+        periods = jnp.asarray(self.equation.periods, self.solver.points.dtype)
+        fits, held = jax.random.split(key)
+
+        def shift(points, k):
+            return jnp.mod(points + periods * jax.random.uniform(k, periods.shape, points.dtype), periods)
+
+        out = eqx.tree_at(lambda s: s.solver.points, self, shift(self.solver.points, fits))
+        if self.holdout is None:
+            return out
+        return eqx.tree_at(lambda s: s.holdout.points, out, shift(self.holdout.points, held))
 
     def fit_start(self, j: int, theta_t, previous, nodes, dt, rate):
         """Where fit j starts (class docstring, warm start): the θ of the fit before it
@@ -345,7 +362,15 @@ class TENGStep(eqx.Module):
     ) -> tuple[Float[Array, " params"], StepRecord]:
         """θ_{t+Δt} and the step's record from θ_t; ``rate``: the previous step's
         ``(θ_t − θ_{t−Δt'})/Δt'`` under ``warm_start: extrapolate`` (None: zero); ``t``:
-        the step's start, where L depends on it (slope j at ``t + cⱼΔt``)."""
+        the step's start, where L depends on it (slope j at ``t + cⱼΔt``); ``moving``: on
+        points of its own (:meth:`moved`)."""
+        if self.moving:
+            key, move = jax.random.split(key)
+            return self.moved(move).on_points(theta, key, dt, expected, rate, t)
+        return self.on_points(theta, key, dt, expected, rate, t)
+
+    def on_points(self, theta, key, dt, expected, rate, t) -> tuple[Float[Array, " params"], StepRecord]:
+        """The step (:meth:`__call__`) on this step's points as they are."""
         space, n, theta_t = self.solver.space, self.solver.points.shape[0], theta
         dt = self.dt if dt is None else dt
         nodes = [sum(row) for row in self.tableau.a] + [1.0]  # cⱼ of fit j; the final fit's is 1

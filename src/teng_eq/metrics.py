@@ -39,3 +39,17 @@ def frobenius_relative_l2(err_sq, ref_sq) -> float:
     2023), each time weighted alike where ``global_relative_l2`` integrates in time; on
     equispaced points and steps the two differ only by the end points' half weights."""
     return float(np.sqrt(np.sum(np.asarray(err_sq, np.float64)) / np.sum(np.asarray(ref_sq, np.float64))))
+
+
+def monte_carlo_se(pred, ref) -> float:
+    """The standard error of ε = ‖û − u‖/‖u‖ estimated from n i.i.d. uniform points: with
+    aᵢ = (ûᵢ − uᵢ)², bᵢ = uᵢ² and R = ā/b̄ = ε², the delta method gives
+    Var R ≈ (Var a − 2R Cov(a, b) + R² Var b)/(n b̄²), and SE(ε) = SE(R)/(2ε)."""
+    pred, ref = np.asarray(pred, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+    a, b = (pred - ref) ** 2, ref**2
+    n, r = a.size, a.mean() / b.mean()
+    if r == 0:
+        return 0.0
+    cov = np.cov(a, b)
+    var_r = (cov[0, 0] - 2 * r * cov[0, 1] + r * r * cov[1, 1]) / (n * b.mean() ** 2)
+    return float(np.sqrt(max(var_r, 0.0)) / (2 * np.sqrt(r)))

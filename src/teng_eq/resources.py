@@ -6,7 +6,7 @@ input like any other: one line naming the key, not a traceback after the θ₀ f
 The estimate counts arrays a job surely holds at once, in float64 — lower bounds,
 not a profile, so that it refuses only what cannot fit:
 
-* ``eval_grid``: the m^d evaluation points (d coordinates each), û and the
+* ``eval_grid``: the m^d evaluation points (m on a sampled domain) (d coordinates each), û and the
   reference there, and the reference's complex spectra on that grid (two);
 * ``t_final`` (with ``dt``): the row the run loop keeps of every step — time, error
   norms, wall time, the step's metrics and its loss table (:class:`~teng_eq.results.Row`):
@@ -51,7 +51,7 @@ class Need:
 def needs(cfg: RunConfig) -> list[Need]:
     """What a job of ``cfg`` holds at once, largest first (see the module docstring)."""
     eq = cfg.equation
-    points = cfg.eval_grid**eq.dim
+    points = eq.point_count(cfg.eval_grid)
     # dt: auto grows its record as it steps: at least t_final/dt_max steps, surely held.
     steps = cfg.n_steps if not cfg.adaptive else math.ceil(cfg.t_final / cfg.controller.dt_max)
     dt = f"dt={cfg.dt:g}" if not cfg.adaptive else f"dt<={cfg.controller.dt_max:g}"

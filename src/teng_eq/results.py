@@ -98,7 +98,8 @@ class Row:
     ``dt: auto``), its loss ``table``, the stepping seconds up to it (``wall``); at its
     time ``err_sq`` and ``ref_sq`` (‖û − u_ref‖², ‖u_ref‖²; without a reference NaN and
     ‖û‖²), ``u_sq`` and ``est`` (‖û‖² and ``E_n`` on the estimate's points), max |û| on a
-    Dirichlet ``boundary``; at a snapshot, (û, u_ref) for the density plot and (with
+    Dirichlet ``boundary``, the Monte Carlo standard error of ``rel_l2`` on sampled points
+    (``rel_se``); at a snapshot, (û, u_ref) for the density plot and (with
     checkpoints) the method's ``state`` as bytes, from which a resumed run makes it again."""
 
     n: int
@@ -111,6 +112,7 @@ class Row:
     u_sq: float = 0.0
     est: float = math.nan
     boundary: float = math.nan
+    rel_se: float = math.nan
     snapshot: tuple[np.ndarray, np.ndarray | None] | None = None
     state: np.ndarray | None = None
 
@@ -124,6 +126,8 @@ class Row:
                 metrics["rel_l2"] = float(np.sqrt(np.float64(self.err_sq) / self.ref_sq))
             if np.isfinite(self.boundary):
                 metrics["boundary_max_abs"] = float(self.boundary)
+            if np.isfinite(self.rel_se):
+                metrics["rel_l2_se"] = float(self.rel_se)
             if np.isfinite(self.est):
                 metrics["est_rel_l2"] = float(self.est / np.sqrt(self.u_sq))
         if self.n > 0:

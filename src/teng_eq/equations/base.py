@@ -63,6 +63,11 @@ class Equation(eqx.Module):
 
     #: Spatial dimension.
     dim: ClassVar[int]
+    #: Whether its quadratures are sampled points (then ``grid`` and ``eval_grid`` count
+    #: points, and the error's Monte Carlo standard error is logged).
+    sampled: ClassVar[bool] = False
+    #: Whether the fits' points are drawn afresh each step (a sampled domain may choose).
+    fresh: ClassVar[bool] = False
     #: Whether ``L`` is linear in u (N ≡ 0): what methods restricted to linear PDEs ask.
     linear: ClassVar[bool] = False
     #: The highest order of the x-derivatives in ``L`` (the Hermite estimate needs twice it).
@@ -149,6 +154,16 @@ class Equation(eqx.Module):
     def evaluation(self, m: int) -> Quadrature:
         """Points and weights of the error norms, ``m`` per dimension (``eval_grid``)."""
         raise NotImplementedError
+
+    def point_count(self, n: int) -> int:
+        """How many points :meth:`quadrature` (n) and :meth:`evaluation` (n) hold: n per
+        dimension, nᵈ (a sampled domain: n)."""
+        return n**self.dim
+
+    def holdout_size(self, n: int, holdout) -> int:
+        """The ``m`` of :meth:`holdout` for the fits' ``n`` (:meth:`Holdout.points
+        <teng_eq.integrators.Holdout.points>`: per dimension, dividing n)."""
+        return holdout.points(n, self.dim)
 
     def boundary_points(self, m: int) -> Float[Array, "n dim"] | None:
         """``m`` points on a Dirichlet boundary, where a run reports max |û − g|;

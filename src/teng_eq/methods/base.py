@@ -231,7 +231,7 @@ class ThetaMethod(Method):
         """The largest Jacobian on the quadrature grid: θ₀'s fit (value and gradient
         rows: d + 1 per point) or a step's (:meth:`step_jacobians`), float64."""
         eq = problem.equation
-        rows = options.grid**eq.dim
+        rows = eq.point_count(options.grid)
         n = parameter_count(options.network, eq.dim, eq.periods)
         shapes = {"θ₀'s fit (value+gradient)": (rows * (eq.dim + 1), min(options.fit.stage1_subsample, n)),
                   "θ₀'s fit (value)": (rows, min(options.fit.stage2_subsample, n)),

@@ -118,7 +118,8 @@ class TENG(ThetaMethod):
             tableau=TABLEAUS[options.integrator], solver=solver, equation=eq, dt=problem.dt,
             iters=options.iters, iters_later=options.iters_later, subsample_first=options.subsample_first,
             subsample=options.subsample, boundary=quadrature.boundary,
-            holdout=eq.holdout(options.grid, options.holdout.points(options.grid, eq.dim)),
+            holdout=eq.holdout(options.grid, eq.holdout_size(options.grid, options.holdout)),
+            moving=eq.fresh,
             warm_start=options.warm_start, warm_rate=options.warm_rate,
         )
         return {"advance": advance, "holdout": options.holdout, "grid_shape": quadrature.grid_shape}

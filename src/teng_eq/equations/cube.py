@@ -1,0 +1,180 @@
+"""Equations on the periodic cube ``[0, L)^d`` of any dimension d, discretised by sampled
+points instead of grids (a grid of 64 points per axis holds 10¹⁸ points in 10-D), and three
+with exact solutions for d = 4 to 10 (docs/guides/high-dimensions.md):
+
+* :class:`HeatCube`: ``uₜ = νΔu`` from ``u₀ = ∏ᵢ (1 + ε cos xᵢ)``, exact
+  ``u = ∏ᵢ (1 + ε e^{−νt} cos xᵢ)``;
+* :class:`AdvectionDiffusionCube`: ``uₜ = νΔu − a·∇u`` (aᵢ = ``velocity`` for every i):
+  the heat solution moved by a t;
+* :class:`KPZCube`: ``uₜ = νΔu + (λ/2)|∇u|²`` from ``u₀ = (2ν/λ) Σᵢ log(1 + ε cos xᵢ)``:
+  by Cole–Hopf (u = (2ν/λ) log w, wₜ = νΔw) exact ``u = (2ν/λ) Σᵢ log(1 + ε e^{−νt} cos xᵢ)``.
+
+On a :class:`SampledBox` the config's ``grid`` and ``eval_grid`` count points, not points
+per dimension: the fits' N points are a scrambled Sobol set (or uniform ones, ``sampler``),
+drawn afresh each step when ``fresh`` (:meth:`teng_eq.integrators.TENGStep.moved`); the
+error is measured on an independent uniform sample, with its Monte Carlo standard error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.stats import qmc
+
+from teng_eq.equations.base import Equation
+from teng_eq.errors import bad
+from teng_eq.grid import Quadrature
+from teng_eq.options import one_of
+from teng_eq.reference import ClosedForm
+
+#: How the fits' points are drawn.
+SAMPLERS = ("sobol", "uniform")
+#: Seeds of the three point sets, so that none shares a point with another.
+_FIT_SEED, _HOLDOUT_SEED, _EVALUATION_SEED = 0, 1, 2
+
+
+def sample_points(n: int, dim: int, length: float, sampler: str, seed: int) -> np.ndarray:
+    """``n`` points in ``[0, length)^dim``: a scrambled Sobol sequence (Owen scrambling;
+    its first n points, balanced when n is a power of 2) or i.i.d. uniform ones."""
+    if sampler == "sobol":
+        unit = qmc.Sobol(dim, scramble=True, seed=seed).random(n)
+    else:
+        unit = np.random.default_rng(seed).random((n, dim))
+    return length * unit
+
+
+def _xp(x):
+    return jnp if isinstance(x, jax.Array) else np
+
+
+class SampledBox(Equation):
+    """An equation on the periodic cube ``[0, length)^dim`` with sampled quadratures
+    (module docstring): ``sampler`` (``sobol`` or ``uniform``) and ``fresh`` (the fits'
+    points moved by a random shift each step, or kept)."""
+
+    sampled = True
+    dim: int = eqx.field(static=True)
+    length: float = eqx.field(static=True)
+    sampler: str = eqx.field(static=True)
+    fresh: bool = eqx.field(static=True)
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        if not (isinstance(self.dim, int) and 1 <= self.dim <= 64):
+            raise bad(f"{prefix}.dim", self.dim, "must be an integer in [1, 64]")
+        if not self.length > 0:
+            raise bad(f"{prefix}.length", self.length, "must be > 0")
+        one_of(f"{prefix}.sampler", self.sampler, SAMPLERS)
+
+    @property
+    def periods(self) -> tuple[float, ...]:
+        return (float(self.length),) * self.dim
+
+    @property
+    def volume(self) -> float:
+        return float(self.length) ** self.dim
+
+    def point_count(self, n: int) -> int:
+        return n
+
+    def _sample(self, n: int, sampler: str, seed: int) -> Quadrature:
+        points = sample_points(n, self.dim, self.length, sampler, seed)
+        return Quadrature(jnp.asarray(points), self.volume / n)
+
+    def quadrature(self, n: int) -> Quadrature:
+        """``n`` points (:func:`sample_points`), each of weight Lᵈ/n: a Monte Carlo
+        (uniform) or quasi-Monte Carlo (Sobol) rule."""
+        return self._sample(n, self.sampler, _FIT_SEED)
+
+    def holdout(self, n: int, m: int) -> Quadrature:
+        """``m`` points of another scrambled set."""
+        return self._sample(m, self.sampler, _HOLDOUT_SEED)
+
+    def holdout_size(self, n: int, holdout) -> int:
+        """``holdout.grid`` points, else a quarter of the fits' (the held-out check's
+        cost, a quarter of a fit's)."""
+        return holdout.grid if holdout.grid is not None else max(1, n // 4)
+
+    def evaluation(self, m: int) -> Quadrature:
+        """``m`` i.i.d. uniform points, independent of the fits': the error's Monte Carlo
+        estimate, whose standard error the run logs (``rel_l2_se``)."""
+        return self._sample(m, "uniform", _EVALUATION_SEED)
+
+    def reference_scheme(self) -> ClosedForm:
+        return ClosedForm()
+
+
+def _product(equation, x, decay):
+    """``∏ᵢ (1 + ε·decay·cos xᵢ)`` at the points x (coordinate first)."""
+    xp = _xp(x)
+    return xp.prod(1 + equation.eps * decay * xp.cos(x), axis=0)
+
+
+def _cosine_product(equation, x):
+    return _product(equation, x, 1.0)
+
+
+def _log_sum(equation, x, decay=1.0):
+    xp = _xp(x)
+    return 2 * equation.nu / equation.lam * xp.sum(xp.log(1 + equation.eps * decay * xp.cos(x)), axis=0)
+
+
+class HeatCube(SampledBox):
+    """``uₜ = νΔu`` from ``∏ᵢ (1 + ε cos xᵢ)`` (``eps``); exact."""
+
+    linear = True
+    initial_conditions = {"cosine_product": _cosine_product}
+    eps: float = eqx.field(static=True)
+
+    def nonlinear(self, u, grad_u):
+        return 0.0 * u
+
+    def growth_rate(self, u, grad_u):
+        """0: ⟨νΔe, e⟩ = −ν‖∇e‖² ≤ 0."""
+        return 0.0
+
+    def solution(self, x, t):
+        return _product(self, x, math.exp(-self.nu * t))
+
+
+class AdvectionDiffusionCube(HeatCube):
+    """``uₜ = νΔu − a·∇u``, aᵢ = ``velocity``; exact: the heat solution at x − a t."""
+
+    linear = True
+    velocity: float = eqx.field(static=True)
+
+    def nonlinear(self, u, grad_u):
+        return -self.velocity * jnp.sum(grad_u, axis=0)
+
+    def growth_rate(self, u, grad_u):
+        """0: a constant advection is skew (⟨a·∇e, e⟩ = 0 on the periodic cube)."""
+        return 0.0
+
+    def solution(self, x, t):
+        return _product(self, x - self.velocity * t, math.exp(-self.nu * t))
+
+
+class KPZCube(SampledBox):
+    """``uₜ = νΔu + (λ/2)|∇u|²`` (``lam``) from ``(2ν/λ) Σᵢ log(1 + ε cos xᵢ)``; exact by
+    Cole–Hopf (module docstring)."""
+
+    initial_conditions = {"cole_hopf": _log_sum}
+    lam: float = eqx.field(static=True)
+    eps: float = eqx.field(static=True)
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        if not 0 < self.eps < 1:
+            raise bad(f"{prefix}.eps", self.eps, "must be in (0, 1) (1 + ε cos x must stay positive)")
+        if self.lam == 0:
+            raise bad(f"{prefix}.lam", self.lam, "must not be 0")
+
+    def nonlinear(self, u, grad_u):
+        return 0.5 * self.lam * jnp.sum(grad_u * grad_u, axis=0)
+
+    def solution(self, x, t):
+        return _log_sum(self, x, math.exp(-self.nu * t))
