@@ -1,4 +1,4 @@
-"""Many dimensions by sampled points (docs/guides/high-dimensions.md): the cube's
+"""Many dimensions by sampled points (docs/guides/dimensions.md): the cube's
 quadratures, the exact solutions, the moved points, the Monte Carlo standard error, the
 preflight's sizes; a heat run at d = 4 at test size. The d = 4 to 10 benchmarks run as
 presets with their measured results in the guide."""
@@ -22,7 +22,7 @@ from teng_eq.simulation import build_method, run_simulation
 #: Heat at d = 4 at test size: 512 points of the fits (θ₀ on 2048), errors on 20,000.
 SMALL = ["equation=heat_cube", "equation.dim=4", "grid=512", "fit.grid=2048", "eval_grid=20000",
          "t_final=0.05", "dt=0.01", "progress=false", "fit.stage1_max_iters=300", "fit.stage2_max_iters=30",
-         "fit.stage2_polish_iters=10", "fit.stage2_tol=1e-8", "subsample_first=256", "subsample=192"]
+         "fit.stage2_polish_iters=10", "fit.stage2_tol=1e-8", "fit.stage2_subsample=1024", "subsample_first=256", "subsample=192"]
 
 
 def test_sampled_quadratures_integrate_within_their_error():
@@ -35,7 +35,7 @@ def test_sampled_quadratures_integrate_within_their_error():
     for q in (fits, held, errors):
         x = np.asarray(q.points)
         assert x.shape[1] == 6 and np.all((x >= 0) & (x < 2 * math.pi))
-    f = lambda q: np.asarray(eq.u0(np.asarray(q.points).T)) ** 2  # noqa: E731
+    f = lambda q: np.asarray(eq.u0(np.asarray(q.points).T)) ** 2
     values = f(errors)
     se = eq.volume * values.std() / math.sqrt(values.size)
     assert abs(np.sum(errors.weights * values) - exact) < 4 * se

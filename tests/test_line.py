@@ -1,5 +1,5 @@
 """One dimension: the line's equations, references, error metrics, estimate and plots
-(docs/guides/one-dimension.md). RSNG's benchmarks themselves run as presets
+(docs/guides/dimensions.md). RSNG's benchmarks themselves run as presets
 (``experiment=rsng_allen_cahn``, ``rsng_burgers``); here at test size."""
 from __future__ import annotations
 

@@ -370,7 +370,7 @@ class TENGStep(eqx.Module):
         return self.on_points(theta, key, dt, expected, rate, t)
 
     def on_points(self, theta, key, dt, expected, rate, t) -> tuple[Float[Array, " params"], StepRecord]:
-        """The step (:meth:`__call__`) on this step's points as they are."""
+        """The step of ``__call__`` on this step's points as they are."""
         space, n, theta_t = self.solver.space, self.solver.points.shape[0], theta
         dt = self.dt if dt is None else dt
         nodes = [sum(row) for row in self.tableau.a] + [1.0]  # cⱼ of fit j; the final fit's is 1

@@ -161,8 +161,8 @@ class Equation(eqx.Module):
         return n**self.dim
 
     def holdout_size(self, n: int, holdout) -> int:
-        """The ``m`` of :meth:`holdout` for the fits' ``n`` (:meth:`Holdout.points
-        <teng_eq.integrators.Holdout.points>`: per dimension, dividing n)."""
+        """The ``m`` of :meth:`holdout` for the fits' ``n`` (``Holdout.points`` in
+        ``teng_eq.integrators``: per dimension, dividing n)."""
         return holdout.points(n, self.dim)
 
     def boundary_points(self, m: int) -> Float[Array, "n dim"] | None:

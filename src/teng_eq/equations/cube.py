@@ -1,6 +1,6 @@
 """Equations on the periodic cube ``[0, L)^d`` of any dimension d, discretised by sampled
 points instead of grids (a grid of 64 points per axis holds 10¹⁸ points in 10-D), and three
-with exact solutions for d = 4 to 10 (docs/guides/high-dimensions.md):
+with exact solutions for d = 4 to 10 (docs/guides/dimensions.md):
 
 * :class:`HeatCube`: ``uₜ = νΔu`` from ``u₀ = ∏ᵢ (1 + ε cos xᵢ)``, exact
   ``u = ∏ᵢ (1 + ε e^{−νt} cos xᵢ)``;

@@ -58,7 +58,7 @@ class HeatLine(Heat):
 
 class AllenCahnLine(AllenCahn):
     """``uₜ = ν u_xx + u − u³`` on ``[0, L)``. Reference: pseudo-spectral ETDRK4 at n = 512,
-    Δt = 10⁻³ (self-convergence for RSNG's u₀, ν = 5·10⁻³, T = 4: docs/guides/one-dimension.md)."""
+    Δt = 10⁻³ (self-convergence for RSNG's u₀, ν = 5·10⁻³, T = 4: docs/guides/dimensions.md)."""
 
     dim = 1
     initial_conditions = {"rsng": rsng_allen_cahn, "two_waves": two_waves}
@@ -70,7 +70,7 @@ class AllenCahnLine(AllenCahn):
 class BurgersLine(Burgers):
     """``uₜ = ν u_xx − u u_x`` on ``[0, L)``. Reference: pseudo-spectral ETDRK4 at n = 4096,
     Δt = 2.5·10⁻⁴ (self-convergence for RSNG's u₀, ν = 10⁻³, T = 4: the front, a few 10⁻³
-    wide, needs the points: docs/guides/one-dimension.md)."""
+    wide, needs the points: docs/guides/dimensions.md)."""
 
     dim = 1
     initial_conditions = {"rsng": rsng_burgers, "two_waves": two_waves}
