@@ -8,26 +8,16 @@ import math
 import numpy as np
 import pytest
 from helpers.configs import CHEAP_FIT, make_config, make_equation
-from helpers.numerics import rel_l2
+from helpers.numerics import self_convergence
 
 from teng_eq import plots
 from teng_eq.integrators import Holdout
 from teng_eq.job import LINE_SNAPSHOTS, snapshot_plan
 from teng_eq.metrics import frobenius_relative_l2, global_relative_l2
-from teng_eq.reference import reference_solution
 from teng_eq.simulation import run_simulation
 
 #: Heat on [0, 2π) from sin x + ½ cos 3x at test size: 64 nodes, errors on 128 points.
 HEAT = ["equation=heat_1d", "grid=64", "eval_grid=128", "t_final=0.1", "progress=false", *CHEAP_FIT]
-
-
-def self_convergence(name, t, n, dt):
-    """(n vs 2n modes, dt vs dt/2) relative L² differences at t, on the 2n grid."""
-    eq = make_equation(name)
-    base = reference_solution(eq, [t], n=n, dt=dt, cache_dir=False).at(0, 2 * n)
-    fine_n = reference_solution(eq, [t], n=2 * n, dt=dt, cache_dir=False).at(0, 2 * n)
-    fine_dt = reference_solution(eq, [t], n=n, dt=dt / 2, cache_dir=False).at(0, 2 * n)
-    return rel_l2(base, fine_n), rel_l2(base, fine_dt)
 
 
 @pytest.mark.parametrize("name", ["allen_cahn_1d", pytest.param("burgers_1d", marks=pytest.mark.slow)])

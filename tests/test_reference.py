@@ -9,7 +9,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers.configs import make_equation
-from helpers.numerics import EPS, FFT_LEVEL, fft_levels, fft_roundoff, pointwise_roundoff, rel_l2
+from helpers.numerics import (
+    EPS,
+    FFT_LEVEL,
+    fft_levels,
+    fft_roundoff,
+    pointwise_roundoff,
+    rel_l2,
+    self_convergence,
+)
 from helpers.processes import run_script
 
 from teng_eq.equations.periodic import SQUARE_INITIAL_CONDITIONS, paper_initial_condition
@@ -202,15 +210,6 @@ def test_heat_spectral_solve_matches_exact():
 
 
 # --- Allen–Cahn, Burgers: self-convergence ----------------------------------------------
-
-
-def self_convergence(name, t, n, dt):
-    """(modes: n vs 2n, steps: dt vs dt/2) relative L² differences at time t, on the 2n grid."""
-    eq = make_equation(name)
-    base = reference_solution(eq, [t], n=n, dt=dt, cache_dir=False).at(0, 2 * n)
-    fine_n = reference_solution(eq, [t], n=2 * n, dt=dt, cache_dir=False).at(0, 2 * n)
-    fine_dt = reference_solution(eq, [t], n=n, dt=dt / 2, cache_dir=False).at(0, 2 * n)
-    return rel_l2(base, fine_n), rel_l2(base, fine_dt)
 
 
 @pytest.mark.parametrize("name", ["allen_cahn", pytest.param("burgers", marks=pytest.mark.slow)])

@@ -1,4 +1,5 @@
-"""Relative errors, convergence orders and round-off bounds, as the tests measure them."""
+"""Relative errors, convergence orders, a reference's self-convergence and round-off bounds,
+as the tests measure them."""
 
 from __future__ import annotations
 
@@ -7,12 +8,24 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from helpers.configs import make_equation
 from teng_eq.analysis import fit_power_law
+from teng_eq.reference import reference_solution
 
 
 def rel_l2(a, b) -> float:
     """‖a − b‖ / ‖b‖ over all entries (the Frobenius norm of a 2-D array)."""
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def self_convergence(name: str, t: float, n: int, dt: float) -> tuple[float, float]:
+    """The relative L² differences at ``t`` of the equation config ``name``'s ETDRK4 reference
+    at (n modes, dt) from itself at 2n modes and at dt/2, on the 2n grid: (modes, steps)."""
+    eq = make_equation(name)
+    base = reference_solution(eq, [t], n=n, dt=dt, cache_dir=False).at(0, 2 * n)
+    fine_n = reference_solution(eq, [t], n=2 * n, dt=dt, cache_dir=False).at(0, 2 * n)
+    fine_dt = reference_solution(eq, [t], n=n, dt=dt / 2, cache_dir=False).at(0, 2 * n)
+    return rel_l2(base, fine_n), rel_l2(base, fine_dt)
 
 
 def convergence_order(dt: Sequence[float], err: Sequence[float]) -> float:
