@@ -3,6 +3,7 @@
     python pipeline/bench.py                 # the table, ≤ 10 min on 2 cores
     python pipeline/bench.py --paper         # also a paper-size step (512², 1536/1024)
     python pipeline/bench.py --mlflow        # also log the tables as an MLflow run
+    python pipeline/bench.py --skip-table --cube-dims 4 6 8 10   # also a step on the d-cube, per d
     python pipeline/bench.py -- stopping=fixed damping=1e-6   # conf/ overrides
 
 The configuration is conf/config.yaml composed by Hydra (with the overrides
@@ -45,6 +46,8 @@ from teng_eq.tracking import default_tracking_uri, tracked_run
 ROOT = Path(__file__).resolve().parents[1]
 #: Heat's paper horizon T = 4 at Δt = 0.005.
 PAPER_STEPS = 800
+#: θ₀ of the cube's step-time rows: a short fit (a step's work does not depend on θ₀'s accuracy).
+SHORT_FIT = ["fit.stage1_max_iters=50", "fit.stage2_max_iters=2", "fit.stage2_tol=1.0"]
 
 
 def machine() -> dict[str, str]:
@@ -107,6 +110,8 @@ def main(argv=None) -> int:
     ap.add_argument("--naive-rounds", type=int, default=3)
     ap.add_argument("--paper", action="store_true", help="also time a paper-size step (512², 1536/1024)")
     ap.add_argument("--skip-table", action="store_true", help="only the step comparison (and --paper)")
+    ap.add_argument("--cube-dims", type=int, nargs="*", default=[],
+                    help="also time a whole step of heat_cube at its preset sizes in each of these dimensions")
     ap.add_argument("--mlflow", action="store_true", help="log the tables as an MLflow run")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("overrides", nargs="*", help="conf/ overrides, e.g. stopping=fixed (after --)")
@@ -195,6 +200,19 @@ def main(argv=None) -> int:
         step_rows.append({"variant": "default", "grid": "512²", "step_s": step_s, "final_loss": loss})
         rows.append(row(512, timings))
 
+    cube_rows = []
+    if args.cube_dims:
+        print("\n## Whole step on the d-cube (heat_cube at its preset sizes, points moved each step)")
+        for dim in args.cube_dims:
+            c = compose_config(["equation=heat_cube", f"equation.dim={dim}", *SHORT_FIT, *args.overrides])
+            co = c.method.options
+            m = build_method(c, cache_dir=args.cache_dir)
+            fn = benchmark.compiled_step(step_at(m, c, co.grid, co.solver, co.subsample_first, co.subsample),
+                                         m.theta0, key)
+            cube_rows.append({"d": dim, "parameters": m.theta0.size, "N": co.grid,
+                              "step_s": benchmark.median_seconds(fn, m.theta0, key, repeats=args.repeats)})
+            print_table(cube_rows[-1:], ["d", "parameters", "N", "step_s"], header=len(cube_rows) == 1)
+
     total = time.perf_counter() - start
     print(f"\nbench total: {total:.0f} s (load average now {os.getloadavg()[0]:.2f})")
 
@@ -209,6 +227,8 @@ def main(argv=None) -> int:
                 tag = f"g{r['grid'].rstrip('²')}_n{r['n']}_{r['solver'].split()[0]}"
                 for key in ("iteration_ms", "solve_ms", "iter_over_solve"):
                     run.metric(f"{key}.{tag}", r[key])
+            for r in cube_rows:
+                run.metric(f"cube_step_s.d{r['d']}", r["step_s"])
             with tempfile.TemporaryDirectory() as tmp:
                 for name, table, cols in (("iterations.csv", rows, COLUMNS),
                                           ("steps.csv", step_rows, ["variant", "grid", "step_s", "final_loss"])):
