@@ -15,6 +15,7 @@ from helpers.configs import CHEAP_FIT, make_config, make_equation
 from teng_eq.equations import operator
 from teng_eq.equations.cube import sample_points
 from teng_eq.errors import ConfigError
+from teng_eq.estimate import fourier_modes
 from teng_eq.metrics import monte_carlo_se
 from teng_eq.resources import needs
 from teng_eq.simulation import build_method, run_simulation
@@ -107,3 +108,12 @@ def test_heat_in_four_dimensions_follows_its_exact_solution(cache_dir):
     assert all(0 < s < 0.1 * rel for s, rel in zip(se, r.rel_l2))
     ratio = r.est_rel_l2[1:] / r.rel_l2[1:]
     assert 0.8 <= ratio.min() and ratio.max() <= 3.0, ratio
+
+
+def test_the_measured_growth_rate_takes_axis_modes_above_three_dimensions():
+    """Where an equation declares no growth rate (KPZ) the estimate measures it on Fourier
+    modes: in 1-D to 3-D every wave vector up to K, above 3-D those along one axis (4d + 1
+    rows), fewer than the 1024 held-out points of the presets even at d = 10."""
+    assert [len(fourier_modes((2 * math.pi,) * d, 10**6)) for d in (1, 2, 3)] == [13, 49, 125]
+    modes = np.asarray(fourier_modes((2 * math.pi,) * 10, 1024))
+    assert modes.shape == (41, 11) and np.all(np.count_nonzero(modes[:, :-1], axis=1) <= 1)

@@ -299,12 +299,17 @@ def fourier_modes(periods, n_points: int) -> Float[Array, "modes dim+1"] | None:
     """The basis of :func:`measured_growth_rate` on the periodic box of ``periods``: rows
     ``(k₁, …, k_d, φ)`` for ``cos(k·x − φ)`` with integer wave numbers ``|mᵢ| ≤ K``
     (``kᵢ = 2π mᵢ/Lᵢ``; K = 6, 3, 2 in 1-, 2-, 3-D), each ±m once, φ = 0 (cos) and π/2
-    (sin, m ≠ 0); fewer than the ``n_points`` it is sampled on. None off a periodic box."""
+    (sin, m ≠ 0); fewer than the ``n_points`` it is sampled on. Above 3-D, where the
+    (2K + 1)ᵈ wave vectors outnumber any sample, m along one axis only (K = 2: 4d + 1
+    rows). None off a periodic box."""
     if periods is None:
         return None
     dim = len(periods)
     top = {1: 6, 2: 3}.get(dim, 2)
-    ms = np.array(np.meshgrid(*[np.arange(-top, top + 1)] * dim, indexing="ij")).reshape(dim, -1).T
+    if dim > 3:
+        ms = np.concatenate([np.zeros((1, dim), int)] + [j * np.eye(dim, dtype=int) for j in (-2, -1, 1, 2)])
+    else:
+        ms = np.array(np.meshgrid(*[np.arange(-top, top + 1)] * dim, indexing="ij")).reshape(dim, -1).T
     half = [m for m in ms if tuple(m) > tuple(-m) or not m.any()]  # one of ±m
     rows = [(*(2 * np.pi * m / np.asarray(periods)), phase) for m in half
             for phase in ((0.0,) if not m.any() else (0.0, np.pi / 2))]
