@@ -206,9 +206,10 @@ class Meter:
 
     def measure(self, n: int, t: float, state, keep_state: bool, since: float = -1.0) -> tuple[dict, float]:
         """The row's fields at time index n (time t; ``since``: the time before): the squared
-        norms (on a sampled domain the error's Monte Carlo standard error), max |û| on the boundary, the snapshot (at a snapshot step, or under ``dt: auto``
-        at the first step at or after a snapshot time, which steps do not land on;
-        ``keep_state``: the state's bytes too); the seconds."""
+        norms (on sampled points also the error's Monte Carlo standard error), max |û| on the
+        boundary, the snapshot (at a snapshot step, or under ``dt: auto`` at the first step at
+        or after a snapshot time, which steps do not land on; ``keep_state``: the state's
+        bytes too); the seconds."""
         start = time.perf_counter()
         u = np.asarray(self.program.evaluate(state, t))
         ref = self.reference_at(n, t)

@@ -6,7 +6,7 @@ input like any other: one line naming the key, not a traceback after the θ₀ f
 The estimate counts arrays a job surely holds at once, in float64 — lower bounds,
 not a profile, so that it refuses only what cannot fit:
 
-* ``eval_grid``: the m^d evaluation points (m on a sampled domain) (d coordinates each), û and the
+* ``eval_grid``: the m^d evaluation points (m on sampled points; d coordinates each), û and the
   reference there, and the reference's complex spectra on that grid (two);
 * ``t_final`` (with ``dt``): the row the run loop keeps of every step — time, error
   norms, wall time, the step's metrics and its loss table (:class:`~teng_eq.results.Row`):
