@@ -27,8 +27,8 @@ import math
 import numpy as np
 import scipy.fft as sfft
 
-from teng_eq.cache import cache_dir as cache_dir_of
 from teng_eq.cache import array_digest, content_description, digest, load_arrays, store_or_warn
+from teng_eq.cache import cache_dir as cache_dir_of
 from teng_eq.reference.fourier import _WORKERS, FourierSolution, initial_spectrum, wavenumbers
 
 #: Bumped whenever the numerics, the key or the file layout change, so stale cache files are
