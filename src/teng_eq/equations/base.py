@@ -48,6 +48,12 @@ from teng_eq.options import import_impl, one_of, options_from
 from teng_eq.reference import ClosedForm, reference_anytime, reference_solution
 
 
+def array_module(x):
+    """NumPy or jax.numpy, as ``x`` is: u₀ and ``solution`` take either (a traced call
+    JAX arrays, the reference and the error's points NumPy ones)."""
+    return jnp if isinstance(x, jax.Array) else np
+
+
 class Equation(eqx.Module):
     """``∂ₜu = L[u]`` on the domain of the subclass, from the initial condition
     ``initial_conditions[initial_condition]``; by default ``L[u] = ν Δu + N(u, ∇u)``.

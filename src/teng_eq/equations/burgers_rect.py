@@ -7,11 +7,9 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float
 
+from teng_eq.equations.base import array_module
 from teng_eq.equations.burgers import Burgers
 from teng_eq.reference.etdrk4 import Pseudospectral
 
@@ -19,7 +17,7 @@ from teng_eq.reference.etdrk4 import Pseudospectral
 def rect_initial_condition(x: Float[Array, " 2"]) -> Float[Array, ""]:
     """``u₀ = exp(cos(πx₁ − 2) + sin(x₂ − 1))² / 50`` (NumPy or JAX, coordinate first):
     periodic with periods 2 and 2π."""
-    xp = jnp if isinstance(x, jax.Array) else np
+    xp = array_module(x)
     return xp.exp(xp.cos(math.pi * x[0] - 2.0) + xp.sin(x[1] - 1.0)) ** 2 / 50.0
 
 

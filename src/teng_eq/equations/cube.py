@@ -20,12 +20,11 @@ from __future__ import annotations
 import math
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy.stats import qmc
 
-from teng_eq.equations.base import Equation
+from teng_eq.equations.base import Equation, array_module
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature
 from teng_eq.options import one_of
@@ -45,10 +44,6 @@ def sample_points(n: int, dim: int, length: float, sampler: str, seed: int) -> n
     else:
         unit = np.random.default_rng(seed).random((n, dim))
     return length * unit
-
-
-def _xp(x):
-    return jnp if isinstance(x, jax.Array) else np
 
 
 class SampledBox(Equation):
@@ -110,7 +105,7 @@ class SampledBox(Equation):
 
 def _product(equation, x, decay):
     """``∏ᵢ (1 + ε·decay·cos xᵢ)`` at the points x (coordinate first)."""
-    xp = _xp(x)
+    xp = array_module(x)
     return xp.prod(1 + equation.eps * decay * xp.cos(x), axis=0)
 
 
@@ -119,7 +114,7 @@ def _cosine_product(equation, x):
 
 
 def _log_sum(equation, x, decay=1.0):
-    xp = _xp(x)
+    xp = array_module(x)
     return 2 * equation.nu / equation.lam * xp.sum(xp.log(1 + equation.eps * decay * xp.cos(x)), axis=0)
 
 
@@ -144,7 +139,6 @@ class HeatCube(SampledBox):
 class AdvectionDiffusionCube(HeatCube):
     """``uₜ = νΔu − a·∇u``, aᵢ = ``velocity``; exact: the heat solution at x − a t."""
 
-    linear = True
     velocity: float = eqx.field(static=True)
 
     def nonlinear(self, u, grad_u):

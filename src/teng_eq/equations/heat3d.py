@@ -7,11 +7,10 @@ from __future__ import annotations
 import itertools
 from typing import ClassVar
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from teng_eq.equations.base import array_module
 from teng_eq.equations.heat import Heat
 from teng_eq.reference.fourier import ExactFourier
 
@@ -27,7 +26,7 @@ B = np.array([[[-0.075, 0.074], [-0.056, -0.007]],
 def paper3d_initial_condition(x: Float[Array, " 3"]) -> Float[Array, ""]:
     """``u₀ = A₀₀₀ + Σ_{k ∈ {1,2}³} (A_k Πᵢ cos(kᵢxᵢ) + B_k Πᵢ sin(kᵢxᵢ))`` (NumPy or JAX,
     coordinate first)."""
-    xp = jnp if isinstance(x, jax.Array) else np
+    xp = array_module(x)
     u = A000
     for k in itertools.product((1, 2), repeat=3):
         index = tuple(v - 1 for v in k)

@@ -13,12 +13,11 @@ import math
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.equations.base import Equation
+from teng_eq.equations.base import Equation, array_module
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, circle_points, disk_quadrature
 from teng_eq.reference.bessel import BesselSeries, bessel_zero
@@ -40,7 +39,7 @@ def disk_harmonic(m: int, n: int, x) -> Float[Array, " *shape"]:
     integrand). Arithmetic only, smooth at r = 0, so autodiff gives exact derivatives
     of every order — no polar coordinates, no Bessel routine.
     """
-    xp = jnp if isinstance(x, jax.Array) else np
+    xp = array_module(x)
     lam = bessel_zero(m, n)
     phi = 2 * math.pi * np.arange(_PLANE_WAVES) / _PLANE_WAVES
     shape = (-1,) + (1,) * (np.ndim(x) - 1)

@@ -13,25 +13,18 @@ from __future__ import annotations
 
 import math
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
 from teng_eq.equations.allen_cahn import AllenCahn
+from teng_eq.equations.base import array_module
 from teng_eq.equations.burgers import Burgers
 from teng_eq.equations.heat import Heat
 from teng_eq.reference.etdrk4 import Pseudospectral
-
-
-def _xp(x):
-    return jnp if isinstance(x, jax.Array) else np
 
 
 def rsng_allen_cahn(x):
     """RSNG's Allen–Cahn u₀ on [0, 2π): ⅓ tanh(2 sin x) − e^{−23.5(x − π/2)²}
     + e^{−27(x − 4.2)²} + e^{−38(x − 5.4)²} (its bumps are 1e-10 small at the ends: the
     periodic extension is smooth to round-off)."""
-    xp, s = _xp(x), x[0]
+    xp, s = array_module(x), x[0]
     return (xp.tanh(2 * xp.sin(s)) / 3 - xp.exp(-23.5 * (s - math.pi / 2) ** 2)
             + xp.exp(-27 * (s - 4.2) ** 2) + xp.exp(-38 * (s - 5.4) ** 2))
 
@@ -39,13 +32,13 @@ def rsng_allen_cahn(x):
 def rsng_burgers(x):
     """RSNG's Burgers u₀ = (1 − y²) e^{−30 (y + ½)²} at y = x − 1 ∈ [−1, 1) (x ∈ [0, 2)):
     zero to 1e-30 at the ends, so periodic."""
-    xp, y = _xp(x), x[0] - 1.0
+    xp, y = array_module(x), x[0] - 1.0
     return (1 - y**2) * xp.exp(-30 * (y + 0.5) ** 2)
 
 
 def two_waves(x):
     """``sin x + ½ cos 3x``: band-limited, for tests on [0, 2π)."""
-    xp = _xp(x)
+    xp = array_module(x)
     return xp.sin(x[0]) + 0.5 * xp.cos(3 * x[0])
 
 

@@ -4,12 +4,9 @@ conditions on the square ``[0, 2π)²``."""
 from __future__ import annotations
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.equations.base import Equation
+from teng_eq.equations.base import Equation, array_module
 from teng_eq.errors import bad
 from teng_eq.grid import Quadrature, cell_volume, grid_points, holdout_points
 
@@ -58,7 +55,7 @@ def paper_initial_condition(x: Float[Array, " 2"]) -> Float[Array, ""]:
 
     Works on NumPy or JAX arrays whose first axis is the coordinate.
     """
-    xp = jnp if isinstance(x, jax.Array) else np
+    xp = array_module(x)
     s1, s2 = xp.sin(x[0]), xp.sin(x[1])
     return (
         xp.exp(3 * s1 + s2) + xp.exp(-3 * s1 + s2) - xp.exp(3 * s1 - s2) - xp.exp(-3 * s1 - s2)
@@ -71,7 +68,7 @@ def sines_initial_condition(x: Float[Array, " 2"]) -> Float[Array, ""]:
     Not from the paper: a band-limited condition that a coarse grid resolves
     exactly, for fast tests (convergence orders) and smoke runs.
     """
-    xp = jnp if isinstance(x, jax.Array) else np
+    xp = array_module(x)
     return xp.sin(x[0]) * xp.sin(x[1]) + 0.5 * xp.cos(2 * x[0] + x[1])
 
 
