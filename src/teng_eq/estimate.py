@@ -167,7 +167,13 @@ class Transport(eqx.Module):
 
     def apply(self, a: np.ndarray, v: np.ndarray) -> np.ndarray:
         """L′[û] v = Σ_α a_α ∂^α v on the grid (spectral derivatives of v), on the host."""
-        v_hat = np.fft.fftn(np.reshape(v, self.shape)).ravel()
+        return self._apply_hat(a, self._fft(v))
+
+    def _fft(self, v: np.ndarray) -> np.ndarray:
+        return np.fft.fftn(np.reshape(v, self.shape)).ravel()
+
+    def _apply_hat(self, a: np.ndarray, v_hat: np.ndarray) -> np.ndarray:
+        """Σ_α a_α ∂^α v from v's spectrum ``v_hat``."""
         return sum(np.asarray(c) * np.fft.ifftn(np.reshape(s * v_hat, self.shape)).real.ravel()
                    for c, s in zip(a, self.symbols))
 
@@ -175,13 +181,10 @@ class Transport(eqx.Module):
         """e at the step's end from e at its start, the step's ``defect`` ∫δ and the
         coefficients ``a`` over the step (module docstring); on the host, NumPy."""
         lam, rest = self.symbol(np.asarray(a, np.float64))
-        fft = lambda v: np.fft.fftn(np.reshape(v, self.shape)).ravel()
-        e_hat = fft(e)
-        rest_e = sum(r * np.fft.ifftn(np.reshape(s * e_hat, self.shape)).real.ravel()
-                     for r, s in zip(rest, self.symbols))
+        e_hat = self._fft(e)
         z = h * lam
         phi1 = np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
-        new = np.exp(z) * e_hat + phi1 * h * fft(rest_e) + fft(defect)
+        new = np.exp(z) * e_hat + phi1 * h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect)
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
 
 
