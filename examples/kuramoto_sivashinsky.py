@@ -40,6 +40,10 @@ class KuramotoSivashinsky(PeriodicBox):
     def operator(self, u, t):
         return -self.a * u.lap - self.b * _bilaplacian(u) - 0.5 * (u.grad[0] ** 2 + u.grad[1] ** 2)
 
+    def stiff(self, u, t):
+        """The linear part, taken implicitly by the IMEX steppers (``method=teng_ars222``)."""
+        return -self.a * u.lap - self.b * _bilaplacian(u)
+
 
 def _two_modes(x):
     xp = jnp if isinstance(x, jax.Array) else np

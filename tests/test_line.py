@@ -20,10 +20,12 @@ from teng_eq.simulation import run_simulation
 HEAT = ["equation=heat_1d", "grid=64", "eval_grid=128", "t_final=0.1", "progress=false", *CHEAP_FIT]
 
 
-@pytest.mark.parametrize("name", ["allen_cahn_1d", pytest.param("burgers_1d", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["allen_cahn_1d", "kuramoto_sivashinsky_1d",
+                                  pytest.param("burgers_1d", marks=pytest.mark.slow)])
 def test_the_line_references_converge_to_1e_9_at_t4(name):
     """RSNG's setups at T = 4 at the default resolution (Allen–Cahn n = 512, Δt = 10⁻³;
-    Burgers n = 4096, Δt = 2.5·10⁻⁴): more modes or half the step change them by ≤ 1e-9."""
+    Burgers n = 4096, Δt = 2.5·10⁻⁴), and Kuramoto–Sivashinsky's (n = 512, Δt = 10⁻²,
+    its linear part |k|² − |k|⁴): more modes or half the step change them by ≤ 1e-9."""
     d_modes, d_steps = self_convergence(name, 4.0, *make_equation(name).reference_scheme().default(4.0))
     assert d_modes <= 1e-9 and d_steps <= 1e-9, (d_modes, d_steps)
 

@@ -55,7 +55,7 @@ def fourier_net() -> FourierNet:
 
 
 def teng_on_fourier(cfg: RunConfig) -> tuple[TENG, np.ndarray]:
-    """TENG of ``cfg`` (its integrator, stages, solver) on :func:`fourier_net`, θ₀ the
+    """TENG of ``cfg`` (its class — explicit or implicit —, integrator, stages, solver) on :func:`fourier_net`, θ₀ the
     least-squares fit of the initial condition on the run's grid (exact for sines2d);
     and the decay rates ``Λⱼ = −ν|kⱼ|²`` of heat, with which ``θ(t) = θ₀ e^{Λt}``."""
     net = fourier_net()
@@ -65,7 +65,8 @@ def teng_on_fourier(cfg: RunConfig) -> tuple[TENG, np.ndarray]:
     basis = np.asarray(net.basis(jnp.asarray(quadrature.points)))
     u0 = np.asarray(eq.u0(np.asarray(quadrature.points).T))
     theta0 = jnp.asarray(np.linalg.lstsq(basis, u0, rcond=None)[0])
-    method = TENG(n_steps=cfg.problem.n_steps, space=space, theta0=theta0, report=None,
-                  **TENG.parts(options, cfg.problem, space, quadrature))
+    cls = cfg.method.cls
+    method = cls(n_steps=cfg.problem.n_steps, space=space, theta0=theta0, report=None,
+                 **cls.parts(options, cfg.problem, space, quadrature))
     rates = -eq.nu * np.sum(np.square(net.waves), axis=1)
     return method, rates

@@ -227,6 +227,22 @@ class Equation(eqx.Module):
         coefficients of ``u.x`` and, if it sets ``autonomous = False``, of t."""
         return self.rhs(u.value, u.grad, u.lap)
 
+    def stiff(self, u: Field, t) -> Float[Array, " n"]:
+        """S[u], the part of L that IMEX steppers take implicitly (:mod:`teng_eq.implicit`;
+        the rest L − S explicitly): by default the short form's linear ``ν Δu``. An
+        equation of another form declares its own (e.g. ``−a Δu − b Δ²u``) or has none."""
+        if type(self).operator is not Equation.operator:
+            raise NotImplementedError(f"{type(self).__name__} writes its own operator and declares no "
+                                      "stiff(u, t) part for the IMEX steppers")
+        return self.nu * u.lap
+
+    def linear_symbol(self, k2):
+        """The Fourier symbol of the linear part the pseudo-spectral reference integrates
+        exactly, on |k|² = ``k2`` (NumPy): the short form's −ν|k|² by default; an equation
+        with another constant-coefficient linear part (e.g. −u_xx − u_xxxx: |k|² − |k|⁴) and
+        its ``nonlinear`` rest says so here."""
+        return -self.nu * k2
+
     def nonlinear(self, u, grad_u):
         """N(u, ∇u); ``grad_u`` has the spatial dimension as its *first* axis.
 

@@ -6,7 +6,9 @@ setups) and heat on a line (exact, for tests).
 * :class:`BurgersLine`: ``uₜ = ν u_xx − u u_x`` (RSNG: ν = 10⁻³ on ``[−1, 1)``, here
   on ``[0, 2)``: the same problem moved by 1, its initial condition moved with it, so
   that every error — the Frobenius one over all steps included — is theirs);
-* :class:`HeatLine`: ``uₜ = ν u_xx``, exact from any initial condition (Fourier).
+* :class:`HeatLine`: ``uₜ = ν u_xx``, exact from any initial condition (Fourier);
+* :class:`KuramotoSivashinskyLine`: ``uₜ = −u_xx − u_xxxx − u u_x`` on ``[0, 32π)`` from
+  Kassam & Trefethen's u₀ (2005): stiff, for the implicit and IMEX steppers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from teng_eq.equations.allen_cahn import AllenCahn
 from teng_eq.equations.base import array_module
 from teng_eq.equations.burgers import Burgers
 from teng_eq.equations.heat import Heat
+from teng_eq.equations.periodic import PeriodicBox
 from teng_eq.reference.etdrk4 import Pseudospectral
 
 
@@ -40,6 +43,12 @@ def two_waves(x):
     """``sin x + ½ cos 3x``: band-limited, for tests on [0, 2π)."""
     xp = array_module(x)
     return xp.sin(x[0]) + 0.5 * xp.cos(3 * x[0])
+
+
+def kassam_trefethen(x):
+    """``cos(x/16)(1 + sin(x/16))`` on [0, 32π) (Kassam & Trefethen 2005, their KS run)."""
+    xp, s = array_module(x), x[0]
+    return xp.cos(s / 16) * (1 + xp.sin(s / 16))
 
 
 class HeatLine(Heat):
@@ -70,3 +79,30 @@ class BurgersLine(Burgers):
 
     def reference_scheme(self) -> Pseudospectral:
         return Pseudospectral(degree=2, resolution=((math.inf, 4096, 2.5e-4),))
+
+
+class KuramotoSivashinskyLine(PeriodicBox):
+    """``uₜ = −u_xx − u_xxxx − u u_x`` on ``[0, L)``: the waves with |k| < 1 grow, the short
+    ones decay at k⁴ − k² (on 256 points of [0, 32π), up to 4032: TENG-RK4 is stable only
+    below Δt ≈ 7·10⁻⁴). The IMEX steppers take ``stiff`` = −u_xx − u_xxxx implicitly.
+    Reference: pseudo-spectral ETDRK4 with the linear part's symbol |k|² − |k|⁴ and
+    N = −u u_x, at n = 512, Δt = 10⁻² (self-convergence: docs/guides/dimensions.md)."""
+
+    dim = 1
+    order = 4
+    initial_conditions = {"kassam_trefethen": kassam_trefethen}
+
+    def operator(self, u, t):
+        return -u.lap - u.d(0, 0, 0, 0) - u.value * u.grad[0]
+
+    def stiff(self, u, t):
+        return -u.lap - u.d(0, 0, 0, 0)
+
+    def linear_symbol(self, k2):
+        return k2 - k2**2
+
+    def nonlinear(self, u, grad_u):
+        return -u * grad_u[0]
+
+    def reference_scheme(self) -> Pseudospectral:
+        return Pseudospectral(degree=2, resolution=((math.inf, 512, 1e-2),))

@@ -1,4 +1,5 @@
 """Pseudo-spectral ETDRK4 reference for ``∂ₜu = ν Δu + N(u, ∇u)`` on a periodic box of any dimension
+(or another diagonal linear part: :meth:`~teng_eq.equations.Equation.linear_symbol`)
 (paper, App. "Details on Obtaining Reference Solutions"), in float64 NumPy, with memory
 bounded independently of the number of output times.
 
@@ -116,7 +117,7 @@ class _Pseudospectral:
             m = sfft.rfftfreq(n, 1.0 / n) if axis == len(shape) - 1 else np.abs(sfft.fftfreq(n, 1.0 / n))
             self.keep = self.keep & (m < n / 2).reshape([-1 if a == axis else 1 for a in range(len(shape))])
         self.ik = [1j * k * self.keep for k in ks]
-        self.lin = -equation.nu * sum(k**2 for k in ks)
+        self.lin = equation.linear_symbol(sum(k**2 for k in ks))
         self._buf = np.zeros((*self.pad[:-1], self.pad[-1] // 2 + 1), dtype=np.complex128)
         # The kept blocks: the low and the high (negative) modes along every axis but the
         # last (halved: low modes only), as (index in the n-spectrum, index in the K-one).

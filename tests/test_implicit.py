@@ -1,0 +1,88 @@
+"""Implicit and IMEX TENG (teng_eq.implicit): the tableaux check themselves, what cannot
+run is refused in one line before any compute, and on a stiff equation an implicit
+step runs stably at a Δt many times the explicit one's limit. Their orders are measured
+with the explicit ones (tests/test_orders.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from helpers.configs import CHEAP_FIT, ROOT, make_config
+
+from teng_eq.errors import ConfigError, RunFailed
+from teng_eq.implicit import DIRK_TABLEAUS, DIRKTableau
+from teng_eq.simulation import run_simulation
+
+SEARCH = f"hydra.searchpath=[file://{ROOT / 'examples' / 'conf'}]"
+
+
+@pytest.fixture(autouse=True)
+def examples_importable():
+    sys.path.insert(0, str(ROOT / "examples"))
+    yield
+    sys.path.remove(str(ROOT / "examples"))
+
+
+def test_a_tableau_of_the_wrong_order_or_not_a_stable_is_refused():
+    with pytest.raises(ValueError, match="is not of order 2"):
+        DIRKTableau("x", a=((0.5,), (0.5, 0.5)), order=2)  # b = (½, ½), c = (½, 1): bᵀc = ¾
+    with pytest.raises(ValueError, match="not A-stable"):
+        DIRKTableau("x", a=((0.0,), (1.0, 0.0)), order=1)  # forward Euler in DIRK form
+    with pytest.raises(ValueError, match="coupling"):
+        # ARS(2,2,2)'s implicit part with the explicit midpoint rule: each of order 2, bᵀĉ ≠ ½.
+        g = 1 - 2**-0.5
+        DIRKTableau("x", order=2, a=((0.0,), (0.0, g), (0.0, 1 - g, g)),
+                    explicit=((0.0, 0.0, 0.0), (0.5, 0.0, 0.0), (0.0, 1.0, 0.0)))
+
+
+@pytest.mark.parametrize("name, decay", [("beuler", 0.0), ("cn", 1.0), ("sdirk2", 0.0), ("sdirk3", 0.0),
+                                         ("imex_euler", 0.0), ("ars222", 0.0)])
+def test_l_stable_tableaus_damp_the_stiffest_modes(name, decay):
+    """|R(−∞)|: 0 for the L-stable schemes, 1 for Crank–Nicolson (stiff modes flip sign)."""
+    assert DIRK_TABLEAUS[name].stiff_decay == pytest.approx(decay, abs=1e-6)  # at z = −10⁸
+
+
+def test_what_an_implicit_method_cannot_run_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        make_config(SEARCH, "equation=biharmonic", "method=teng_ars222")
+    assert "method teng_ars222 is IMEX and it declares no stiff(u, t) part" in str(err.value)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="heat_disk': method teng_sdirk2 solves its stages on a periodic grid"):
+        make_config("equation=heat_disk", "method=teng_sdirk2")
+    with pytest.raises(ConfigError, match="stopping.policy"):
+        make_config("method=teng_beuler", "stopping.policy=local_error")
+
+
+def test_an_implicit_step_runs_far_past_the_explicit_stability_limit(warm_cache):
+    """The biharmonic ``∂ₜu = −κΔ²u`` (κ = 0.05) on 16² nodes: the fit's fastest mode
+    (|k| = 8) decays at κ|k|⁴ = 205, so TENG-RK4 is stable only for Δt ≤ 2.79/205 = 0.014;
+    at Δt = 0.05 its error grows 10⁵-fold in one step (or the run fails), while SDIRK2 at the
+    same Δt follows the exact solution."""
+    base = [SEARCH, "equation=biharmonic", "equation.kappa=0.05", "grid=16", "eval_grid=32", *CHEAP_FIT,
+            "t_final=0.2", "dt=0.05"]
+    try:
+        explicit = np.max(run_simulation(make_config(*base, "method=teng_rk4"), cache_dir=warm_cache).rel_l2)
+    except RunFailed:
+        explicit = np.inf
+    assert explicit > 1.0
+    r = run_simulation(make_config(*base, "method=teng_sdirk2"), cache_dir=warm_cache)
+    assert r.rel_l2[-1] < 1.5 * r.rel_l2[0] and np.all(np.isfinite(r.rel_l2)), r.rel_l2  # θ₀'s ~1e-3 kept
+    # dt=auto at a tolerance of θ₀'s error: the embedded estimate alone sizes the steps, and
+    # they grow past twice the explicit limit (no stability cap binds an A-stable step).
+    auto = run_simulation(make_config(*base[:-1], "dt=auto", "controller.rtol=1e-3", "method=teng_sdirk2"),
+                          cache_dir=warm_cache)
+    assert auto.times[-1] == 0.2 and np.max(auto.metrics["dt"]) > 2 * 2.79 / 204.8, auto.metrics["dt"]
+    assert auto.rel_l2[-1] < 5e-3, auto.rel_l2
+
+
+def test_kuramoto_sivashinsky_on_a_line_by_imex_steps_follows_its_reference(cache_dir):
+    """KS on [0, 32π) at test size (128 nodes, to T = 2): ARS(2,2,2) at Δt = 0.1 stays
+    within 1e-4 of the ETDRK4 reference (its stiff part −u_xx − u_xxxx solved on the grid,
+    −u u_x on the network)."""
+    cfg = make_config("equation=kuramoto_sivashinsky_1d", "method=teng_ars222", "grid=128", "eval_grid=256",
+                      "t_final=2.0", "dt=0.1", *CHEAP_FIT)
+    r = run_simulation(cfg, cache_dir=cache_dir)
+    print("ARS222 rel_l2", r.rel_l2)
+    assert np.max(r.rel_l2) < 1e-4, r.rel_l2
