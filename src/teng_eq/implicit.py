@@ -39,9 +39,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.equations import Equation, network_operator, operator
 from teng_eq.estimate import Transport
-from teng_eq.grid import Quadrature, norm2
-from teng_eq.integrators import _CONDITIONS, _order_conditions, combine
-from teng_eq.results import StepRecord, stack_rows
+from teng_eq.grid import Quadrature
+from teng_eq.integrators import _CONDITIONS, _order_conditions, combine, held_out, step_record
 from teng_eq.stage import StageSolver
 
 
@@ -385,20 +384,7 @@ class ImplicitTENGStep(eqx.Module):
         if tab.b_error is not None:  # the step's local error and scale, as the explicit steps report them
             embedded = {"local_error": jnp.sqrt(self.solver.norm2(combine(0.0, dt, tab.b_error, slopes))),
                         "u_l2": jnp.sqrt(self.solver.norm2(value))}
-        if self.holdout is None:
-            holdout_loss = ratio = jnp.full((), jnp.nan, current.dtype)
-        else:
-            w = self.holdout.weights
-            held = interpolate(value, stage.transport.shape, self.equation.periods, self.holdout.points)
-            holdout_loss = norm2(space.apply(current, self.holdout.points) - held, w)
-            scale = norm2(held, w)
-            ratio = holdout_loss / jnp.maximum(loss, jnp.finfo(scale.dtype).eps * scale)
-        width = max(log.loss.shape[0] for log in logs)
-        events = jax.tree_util.tree_map(lambda *counts: sum(counts), *(log.events for log in logs))
-        return current, StepRecord(
-            losses=stack_rows([log.loss for log in logs], width),
-            inner=stack_rows([jnp.concatenate([log.lsq, jnp.full(1, jnp.nan)]) for log in logs], width),
-            metrics={"step_loss": loss, "holdout_loss": holdout_loss, "holdout_ratio": ratio,
-                     "newton_residual": jnp.sqrt(residuals[-1]),
-                     "iterations": sum(log.iterations for log in logs), **events, **embedded},
-        )
+        held = None if self.holdout is None else interpolate(value, stage.transport.shape, self.equation.periods,
+                                                             self.holdout.points)
+        return current, step_record(logs, loss, *held_out(space, current, self.holdout, held, loss),
+                                    newton_residual=jnp.sqrt(residuals[-1]), **embedded)

@@ -403,18 +403,29 @@ class TENGStep(eqx.Module):
         target, (theta, logs) = fit(self.tableau.stages - 1, combine(u_t, dt, self.tableau.b, slopes), fitted)
         loss = logs[-1].final_loss
         embedded = {} if self.tableau.b_error is None else self.embedded(theta, slopes, target, dt, t)
-        if self.holdout is None:
-            holdout_loss = ratio = jnp.full((), jnp.nan, theta.dtype)
-        else:
-            w = self.holdout.weights
-            holdout_loss = norm2(space.apply(theta, self.holdout.points) - target[n:], w)
-            scale = norm2(target[n:], w)
-            ratio = holdout_loss / jnp.maximum(loss, jnp.finfo(scale.dtype).eps * scale)
-        width = max(log.loss.shape[0] for log in logs)
-        events = jax.tree_util.tree_map(lambda *counts: sum(counts), *(log.events for log in logs))
-        return theta, StepRecord(
-            losses=stack_rows([log.loss for log in logs], width),
-            inner=stack_rows([jnp.concatenate([log.lsq, jnp.full(1, jnp.nan)]) for log in logs], width),
-            metrics={"step_loss": loss, "holdout_loss": holdout_loss, "holdout_ratio": ratio,
-                     "iterations": sum(log.iterations for log in logs), **events, **embedded},
-        )
+        return theta, step_record(logs, loss, *held_out(space, theta, self.holdout, target[n:], loss), **embedded)
+
+
+def held_out(space, theta, holdout: Quadrature | None, target, loss) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """The held-out check (module docstring) of a step's final fit θ against its ``target`` on
+    the ``holdout`` points: ``(holdout_loss, holdout_ratio)``, both NaN without them."""
+    if holdout is None:
+        nan = jnp.full((), jnp.nan, theta.dtype)
+        return nan, nan
+    w = holdout.weights
+    holdout_loss = norm2(space.apply(theta, holdout.points) - target, w)
+    scale = norm2(target, w)
+    return holdout_loss, holdout_loss / jnp.maximum(loss, jnp.finfo(scale.dtype).eps * scale)
+
+
+def step_record(logs, loss, holdout_loss, ratio, **metrics) -> StepRecord:
+    """A step's record from its fits' :class:`~teng_eq.stage.StageLog` s (one row each), its
+    final ``loss``, the held-out check and the step's own ``metrics``."""
+    width = max(log.loss.shape[0] for log in logs)
+    events = jax.tree_util.tree_map(lambda *counts: sum(counts), *(log.events for log in logs))
+    return StepRecord(
+        losses=stack_rows([log.loss for log in logs], width),
+        inner=stack_rows([jnp.concatenate([log.lsq, jnp.full(1, jnp.nan)]) for log in logs], width),
+        metrics={"step_loss": loss, "holdout_loss": holdout_loss, "holdout_ratio": ratio,
+                 "iterations": sum(log.iterations for log in logs), **events, **metrics},
+    )

@@ -26,8 +26,9 @@ class ImplicitTENG(TENG):
 
     @dataclasses.dataclass(frozen=True)
     class Options(TENG.Options):
-        """TENG's settings (``stopping``: ``fixed`` or ``adaptive``; no ``local_error``) and the implicit stages' ``newton``
-        passes (each a function-space Newton correction and a fit)."""
+        """TENG's settings (``stopping``: ``fixed`` or ``adaptive``; no ``local_error``) and
+        the implicit stages' ``newton`` passes (each a function-space Newton correction and
+        a fit; used where F is not linear with constant coefficients)."""
 
         newton: int
 
