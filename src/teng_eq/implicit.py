@@ -15,14 +15,14 @@ stage's solution on the nodes (what its fit aimed at), not by applying F to the 
 network: on a stiff F the fit's small error, amplified by F's fastest modes, would
 otherwise enter every later stage (the usual practice of stiff solvers).
 
-Every scheme here is *stiffly accurate* (b is the last row of A: the tableau checks it),
-so the step's network is the last stage's: no final fit.
+Every scheme here is *stiffly accurate* (b is the last row of A, by construction), so the
+step's network is the last stage's: no final fit.
 
 **Why not a nonlinear least squares in θ** (``min_θ ‖u_θ − h F[u_θ] − r‖²`` by
 optimistix's Gauss–Newton, its Jacobian ``(I − hF′)∂u_θ/∂θ_S`` by autodiff): measured
 on the biharmonic example (32² nodes, 2 cores), one Gauss–Newton step on 384 drawn
 parameters costs 30 s (forward-mode through fourth derivatives, one pass per parameter:
-the whole explicit RK4 step costs 0.3 s), and with that Jacobian's F′ applied spectrally
+the whole explicit RK4 step costs 0.2 s), and with that Jacobian's F′ applied spectrally
 instead (cheap) the steps diverged (SDIRK2 at Δt = 0.02: 6e-5, 1.4e-3, 6e-2 over three
 steps): the residual weights each mode by (1 + hκ|k|⁴), so the fit chases the modes
 above the nodes' resolution that the grid's Jacobian cannot see. Solving the stage in
@@ -52,7 +52,7 @@ class DIRKTableau(eqx.Module):
     the weights b and b̂), as the pairs of Ascher, Ruuth & Spiteri (1997).
 
     It checks itself: rows of their lengths, diagonal ≥ 0 (the stage equations have
-    their solutions for small Δt), b = the last row, Butcher's order conditions to
+    their solutions for small Δt), Butcher's order conditions to
     ``order`` for the implicit tableau and, for a pair, for the explicit one and the
     coupling conditions of order 2 (bᵀĉ = b̂ᵀc = ½); A-stability of the
     implicit part on the imaginary axis (``R(iy)`` for y up to 10⁴, R its stability
