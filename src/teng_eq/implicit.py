@@ -82,7 +82,8 @@ class DIRKTableau(eqx.Module):
         if np.any(np.diag(A) < 0):
             raise ValueError(f"tableau {self.name!r}: a negative diagonal entry")
         for label, M in (("implicit", A), *((("explicit", self.explicit_matrix),) if self.explicit else ())):
-            for k, (value, exact) in enumerate(_order_conditions(M, self.b_for(M))[: _CONDITIONS[self.order]]):
+            # Stiffly accurate: the weights are the last row.
+            for k, (value, exact) in enumerate(_order_conditions(M, M[-1])[: _CONDITIONS[self.order]]):
                 if abs(value - exact) > 1e-12:
                     raise ValueError(f"tableau {self.name!r} ({label}) is not of order {self.order}: order "
                                      f"condition {k + 1} gives {value:.6g}, not {exact:.6g}")
@@ -134,11 +135,6 @@ class DIRKTableau(eqx.Module):
     @property
     def explicit_matrix(self) -> np.ndarray:
         return np.asarray(self.explicit, float)
-
-    @staticmethod
-    def b_for(M: np.ndarray) -> np.ndarray:
-        """The weights of a stiffly accurate tableau: its last row (the step is u⁽ˢ⁾)."""
-        return M[-1]
 
     @property
     def stages(self) -> int:
@@ -223,7 +219,7 @@ class ImplicitStage(eqx.Module):
     @property
     def part(self):
         """The operator the stages take implicitly: S (IMEX) or L."""
-        return _StiffPart(self.equation) if self.imex else self.equation
+        return implicit_operator(self.equation, self.imex)
 
     def implicit_part(self, theta, t):
         """F[u_θ] on the nodes: the equation's stiff part S under IMEX, else L (spectrally on
@@ -265,13 +261,20 @@ class ImplicitStage(eqx.Module):
         return theta, target, logs, self.solver.norm2(r) / self.solver.norm2(rhs)
 
 
-def constant_symbol(part, transport: Transport, points, autonomous: bool, linear: bool):
-    """Λ(k) of ``part`` if it is linear with constant coefficients (autonomous, and its
-    coefficients a_α(x) of F′, the same at every point), else None. For a linear F the
-    coefficients do not depend on u: they are taken at u = 0, once, on the host."""
-    if not (linear and autonomous):
+def implicit_operator(equation: Equation, imex: bool):
+    """The operator F the implicit stages take: the equation's stiff part S (IMEX) or L."""
+    return _StiffPart(equation) if imex else equation
+
+
+def constant_symbol(equation: Equation, imex: bool, transport: Transport, points):
+    """Λ(k) of the implicit operator F (:func:`implicit_operator`) if it is linear with
+    constant coefficients, else None: an IMEX stiff part is linear by its contract, L where
+    the equation says so; autonomous, and its coefficients a_α(x) of F′ the same at every
+    point. For a linear F they do not depend on u: taken at u = 0, once, on the host."""
+    if not ((imex or equation.linear) and equation.autonomous):
         return None
-    a = np.asarray(transport.coefficients(part, lambda p: jnp.zeros(p.shape[0], p.dtype), jnp.asarray(points), 0.0))
+    a = np.asarray(transport.coefficients(implicit_operator(equation, imex),
+                                          lambda p: jnp.zeros(p.shape[0], p.dtype), jnp.asarray(points), 0.0))
     mean = a.mean(axis=1, keepdims=True)
     if np.max(np.abs(a - mean)) > 1e-12 * max(1.0, np.max(np.abs(mean))):
         return None

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import equinox as eqx
-
 from teng_eq.equations import Equation
 from teng_eq.errors import bad
 from teng_eq.estimate import Transport
@@ -74,10 +72,8 @@ class ImplicitTENG(TENG):
         solver = StageSolver(space, quadrature, options.solver, options.damping, options.stopping)
         imex = tableau.explicit is not None
         transport = Transport(eq.periods, quadrature.grid_shape, eq.order)
-        stage = ImplicitStage(solver, eq, transport, options.newton, imex=imex)
-        # An IMEX stiff part is linear by its contract; L is where the equation says so.
-        symbol = constant_symbol(stage.part, transport, quadrature.points, eq.autonomous, imex or eq.linear)
-        stage = eqx.tree_at(lambda s: s.symbol, stage, symbol, is_leaf=lambda x: x is None)
+        stage = ImplicitStage(solver, eq, transport, options.newton, imex=imex,
+                              symbol=constant_symbol(eq, imex, transport, quadrature.points))
         advance = ImplicitTENGStep(
             tableau=tableau, stage=stage, dt=problem.dt, iters=options.iters, iters_later=options.iters_later,
             subsample_first=options.subsample_first, subsample=options.subsample,
