@@ -7,7 +7,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from helpers.configs import make_config
+from helpers.configs import compose_conf, make_config
 from helpers.fake_methods import TOY
 from helpers.stops import Stop
 
@@ -124,6 +124,15 @@ def test_round_off_losses_may_jump_without_diverging():
     assert divergence_reason({"step_loss": 1e-10}, losses, 10, 1e6, scale=1.0) is None
     assert "times the median" in divergence_reason({"step_loss": 1e-10}, losses, 10, 1e6, scale=0.0)
     assert "times the median" in divergence_reason({"step_loss": 1e-8}, losses, 10, 1e6, scale=1.0)
+
+
+def test_an_error_above_the_solution_is_divergence_from_the_first_step():
+    """No median exists at step 1 (the d = 10 heat run lost its solution in its first five
+    steps, rel_l2 up to 7e2, and ended FINISHED): a measured rel_l2 above 1 ends the run."""
+    assert divergence_reason({"step_loss": 1e-3, "rel_l2": 0.99}, None, 1, 1e6, error=1.0) is None
+    assert divergence_reason({"step_loss": 1e-3, "rel_l2": 7e2}, None, 1, 1e6, error=1.0) == (
+        "rel_l2 7.000e+02 is above divergence_error=1")
+    assert compose_conf().divergence_error == 1.0
 
 
 def test_a_checkpoint_of_the_earlier_format_resumes(tmp_path, uninterrupted):

@@ -34,6 +34,7 @@ from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from teng_eq import analysis, report
+from teng_eq.search.sweeper import config_dir_words
 from teng_eq.tracking import open_client
 
 # slow: out of the default suite (≤ 15 min on 2 cores); .ci/run runs it after README's command.
@@ -232,3 +233,10 @@ def test_the_fronts_table_shows_every_searched_key():
                        "global_rel_l2": [1e-7, 2e-7, 1e-6], "runtime_s": [30.0, 10.0, 5.0]})
     assert analysis.varied_axes(df) == ["method", "dt"]  # for a grid's labels: dt already tells the runs apart
     assert analysis.frontier_axes(df) == ["method", "dt", "iters", "subsample_first"]
+
+
+def test_a_searchs_rerun_command_keeps_its_config_folder():
+    """The command that runs the cheapest trial again names the search's --config-dir (-cd)."""
+    assert config_dir_words(["--config-dir", "conf", "experiment=stiff_frontier"]) == ["--config-dir", "conf"]
+    assert config_dir_words(["-cd=my conf", "dt=0.1"]) == ["-cd=my conf"]
+    assert config_dir_words(["experiment=frontier"]) == []

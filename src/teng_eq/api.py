@@ -98,7 +98,8 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
     enable_compilation_cache(job.options.cache_dir)
     if not mlflow:
         return run_simulation(job.run, on_step=on_step, callbacks=callbacks, cache_dir=job.options.cache_dir,
-                              divergence_factor=job.options.divergence_factor)
+                              divergence_factor=job.options.divergence_factor,
+                              divergence_error=job.options.divergence_error)
     with tempfile.TemporaryDirectory(prefix="teng-eq-api-") as output_dir:
         context = JobContext(root=ROOT, overrides=tuple(overrides), job_num=None, output_dir=Path(output_dir))
         _, result = tracked_job(cfg, job, context, time.perf_counter(),

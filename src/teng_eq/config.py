@@ -171,7 +171,8 @@ class JobOptions:
     end); ``resume``: continue this configuration's unfinished run, skip it when
     finished (else start a new run); ``divergence_factor``: a step whose loss
     exceeds this many times the median loss of the steps before it ends the
-    run as diverged (as does any non-finite value); ``store_retry_s``: seconds a
+    run as diverged (as does any non-finite value), and so does a measured ``rel_l2``
+    above ``divergence_error``, from the first step on; ``store_retry_s``: seconds a
     job waits for an MLflow store that does not answer when it needs it (to open
     its run, upload artifacts, end the run) before it gives up — while stepping it
     never waits, whatever this is.
@@ -184,6 +185,7 @@ class JobOptions:
     checkpoint_every: int
     resume: bool
     divergence_factor: float
+    divergence_error: float
     store_retry_s: float
 
     def validate(self, prefix: str) -> None:
@@ -192,6 +194,8 @@ class JobOptions:
         at_least(prefix, self, 1, "checkpoint_every")
         if not self.divergence_factor > 1:
             raise bad("divergence_factor", self.divergence_factor, "must be a number > 1")
+        if not self.divergence_error > 0:
+            raise bad("divergence_error", self.divergence_error, "must be a number > 0 (inf: no bound)")
         if not self.store_retry_s >= 0:
             raise bad("store_retry_s", self.store_retry_s, "must be a number of seconds >= 0")
 

@@ -232,7 +232,8 @@ class Loop:
     run's key (step n draws ``fold_in(key, n)``, every try of it and after a resume alike),
     whether the method is ``sequential`` (else its steps are blocks of a global-in-time
     optimisation), its estimate's ``order``, its steps (None under ``dt: auto``), whether
-    snapshot states are kept (with checkpoints), ``divergence_factor``, its ``name``."""
+    snapshot states are kept (with checkpoints), ``divergence_factor`` and
+    ``divergence_error`` (:func:`divergence_reason`), its ``name``."""
 
     program: Program
     schedule: FixedSteps | Adaptive
@@ -243,6 +244,7 @@ class Loop:
     n_steps: int | None
     keep_states: bool
     divergence_factor: float
+    divergence_error: float
     name: str
 
 
@@ -290,7 +292,8 @@ def advance(loop: Loop, state: RunState) -> RunState:
         metrics["dt_stable"] = cap
     fields, clock, local, checked = observe(loop, state, new, metrics, h, t)
     losses = [r.metrics["step_loss"] for r in state.rows if r.n > 0 and "step_loss" in r.metrics]
-    why = divergence_reason(checked, losses or None, n, loop.divergence_factor, scale=fields.get("ref_sq", 0.0))
+    why = divergence_reason(checked, losses or None, n, loop.divergence_factor, scale=fields.get("ref_sq", 0.0),
+                             error=loop.divergence_error)
     estimate = state.estimate
     if why is None and local is not None:
         estimate = estimate.advance(h, metrics, *local)
@@ -337,14 +340,19 @@ def observe(loop: Loop, state: RunState, new, metrics: dict, h: float, t: float)
 
 
 def divergence_reason(metrics, losses: Sequence[float] | None, n: int, factor: float,
-                      scale: float = 0.0) -> str | None:
+                      scale: float = 0.0, error: float = math.inf) -> str | None:
     """Why step ``n`` with ``metrics`` counts as diverged (``losses``: the step losses
-    so far, by step), or None. The median they are compared with is floored at
-    ``ε·scale`` (``scale`` = ‖u_ref‖² at the step, ε the float64 machine epsilon):
-    losses at round-off level may jump by orders of magnitude without diverging."""
+    so far, by step), or None: a non-finite metric; a measured ``rel_l2`` above ``error``
+    (the job's default 1: the error larger than the solution, which a field of zeros would
+    beat; judged from the first step on, where no median of earlier losses exists yet); a
+    step loss above ``factor`` times the median of the earlier ones, floored at ``ε·scale``
+    (``scale`` = ‖u_ref‖² at the step, ε the float64 machine epsilon): losses at round-off
+    level may jump by orders of magnitude without diverging."""
     bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
     if bad:
         return f"non-finite {', '.join(bad)}"
+    if metrics.get("rel_l2", 0.0) > error:
+        return f"rel_l2 {metrics['rel_l2']:.3e} is above divergence_error={error:g}"
     loss = metrics.get("step_loss")
     if loss is None or losses is None or n < 2:
         return None

@@ -17,10 +17,13 @@ derivative of L per multi-index α, along a monomial that has exactly the deriva
 every point. With Λ(k) = Σ_α ⟨a_α⟩ (ik)^α its Fourier diagonal (the coefficients' means)
 and R = L′ − Λ the rest, each step of size h does
 
-    ê ← e^{hΛ} ê + h φ₁(hΛ) (R e)^ + ∫δ^,   φ₁(z) = (e^z − 1)/z
+    ê ← e^{hΛ} ê + h φ₁(hΛ) (R e)^ + φ₁(hΛ) ∫δ^,   φ₁(z) = (e^z − 1)/z
 
 (the exponential Euler rule for the rest, the coefficients the mean of both ends'; the
-step's local term ∫δ, below, as the step left it at its end). A constant-coefficient operator (heat, the
+step's local term ∫δ, below, spread evenly over the step, so that a mode damped within the
+step is damped in its own defect: a fit's error e that sits still through a step has
+δ ≈ −Λe, ∫δ = −hΛe, and φ₁(hΛ)∫δ returns it as e, where ∫δ alone would count it
+|hΛ| times — the implicit steps' Δt makes |hΛ| large). A constant-coefficient operator (heat, the
 biharmonic, advection–diffusion, an anisotropic diffusion) is then propagated exactly,
 damped modes damped; a variable part (Allen–Cahn's reaction, Burgers' advection, a
 variable diffusivity) by the explicit rule, on the modes the held-out grid resolves.
@@ -184,7 +187,7 @@ class Transport(eqx.Module):
         e_hat = self._fft(e)
         z = h * lam
         phi1 = np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
-        new = np.exp(z) * e_hat + phi1 * h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect)
+        new = np.exp(z) * e_hat + phi1 * (h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect))
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
 
 

@@ -291,7 +291,8 @@ def tracked_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float
         try:
             result = run_simulation(run_cfg, callbacks=callbacks, cache_dir=opts.cache_dir, log=progress.log,
                                     checkpoints=checkpoints, checkpoint_every=opts.checkpoint_every,
-                                    divergence_factor=opts.divergence_factor, **snapshot_plan(run_cfg))
+                                    divergence_factor=opts.divergence_factor, divergence_error=opts.divergence_error,
+                                    **snapshot_plan(run_cfg))
         except interrupts.Interrupted as stop:
             stop.where = (f"after {step_position(progress.last)} (saved)" if progress.last is not None
                           else "before the first step")

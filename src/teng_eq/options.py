@@ -21,7 +21,8 @@ from teng_eq.errors import bad
 #: computes: left out of a run's ``config_hash`` (so a resumed or re-checkpointed
 #: run is the same run) and never an axis of comparison between runs.
 BOOKKEEPING = frozenset({"tracking_uri", "experiment_name", "cache_dir", "progress",
-                         "checkpoint_every", "resume", "divergence_factor", "store_retry_s"})
+                         "checkpoint_every", "resume", "divergence_factor", "divergence_error",
+                         "store_retry_s"})
 
 
 #: The folder a command was started in (set by the entry scripts, :func:`mark_launch_folder`),

@@ -302,7 +302,9 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
             fixed_count = 0
             if sweeper == SWEEPER_TARGET:  # a frontier search (teng_eq.search): the points of its space
                 space = search_space(parser, base, overrides)
-                jobs, fixed_count = space.check_points(), len(space.fixed)
+                # A user's config folder stays on every point's search path (the space holds no Hydra keys).
+                path = [o for o in overrides if o.startswith("hydra.searchpath=")]
+                jobs, fixed_count = [[*path, *job] for job in space.check_points()], len(path) + len(space.fixed)
             elif multirun and sweeper != BASIC_SWEEPER:
                 return 0  # another sweeper expands its jobs its own way: each job checks itself
             else:

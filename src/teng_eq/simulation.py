@@ -123,7 +123,7 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
         callbacks: Sequence[driver.Callback] = (), log: Callable[[str], None] | None = None, cache_dir=None,
         snapshot_steps: Sequence[int] = (), snapshot_times: Sequence[float] = (),
         checkpoints: CheckpointStore | None = None, checkpoint_every: int | None = None,
-        divergence_factor: float = math.inf) -> RunResult:
+        divergence_factor: float = math.inf, divergence_error: float = math.inf) -> RunResult:
     """Run ``cfg.method`` to ``t_final``, reporting each step as a
     :class:`~teng_eq.results.StepRecord` to ``on_step`` and to the ``callbacks``
     (:data:`~teng_eq.driver.Callback`: they see the run's state too, and may stop it). At
@@ -148,7 +148,7 @@ def run_simulation(cfg: RunConfig, *, on_step: Callable[[StepRecord], None] | No
                 else driver.FixedSteps(cfg.dt, method.n_steps))
     loop = driver.Loop(program, schedule, meter, key, method.sequential, order, method.n_steps,
                 keep_states=method.sequential and checkpoints is not None,
-                divergence_factor=divergence_factor, name=cfg.method.name)
+                divergence_factor=divergence_factor, divergence_error=divergence_error, name=cfg.method.name)
     saved = checkpoints.load(method.init()) if checkpoints is not None else None
     if saved is not None:
         state = driver.resume(saved, loop, cfg.adaptive)

@@ -28,8 +28,10 @@ _NOT_TENG = [f"~method.{key}" for key in ("integrator", "iters", "iters_later", 
                                           "warm_start", "warm_rate")]
 
 #: Overrides that turn the default method group (teng_heun) into :class:`Toy`: its
-#: class, its two keys, and none of TENG's.
-TOY = ["method.impl=helpers.fake_methods:Toy", "+method.growth=1.5", "+method.nan_at=0", *_NOT_TENG]
+#: class, its two keys, and none of TENG's; its field is not the equation's solution, so
+#: its error bounds no divergence (``divergence_error``).
+TOY = ["method.impl=helpers.fake_methods:Toy", "+method.growth=1.5", "+method.nan_at=0", *_NOT_TENG,
+       "divergence_error=inf"]
 
 
 class Toy(Method):
@@ -74,7 +76,7 @@ class Toy(Method):
 
 
 #: :class:`Decay` in place of the default method group, as :data:`TOY` does for :class:`Toy`.
-DECAY = ["method.impl=helpers.fake_methods:Decay", "+method.constant=0.5", *_NOT_TENG]
+DECAY = ["method.impl=helpers.fake_methods:Decay", "+method.constant=0.5", *_NOT_TENG, "divergence_error=inf"]
 
 
 class Decay(Method):

@@ -18,10 +18,10 @@ def rel_l2(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def self_convergence(name: str, t: float, n: int, dt: float) -> tuple[float, float]:
+def self_convergence(name: str, t: float, n: int, dt: float, *overrides: str) -> tuple[float, float]:
     """The relative L² differences at ``t`` of the equation config ``name``'s ETDRK4 reference
     at (n modes, dt) from itself at 2n modes and at dt/2, on the 2n grid: (modes, steps)."""
-    eq = make_equation(name)
+    eq = make_equation(name, *overrides)
     base = reference_solution(eq, [t], n=n, dt=dt, cache_dir=False).at(0, 2 * n)
     fine_n = reference_solution(eq, [t], n=2 * n, dt=dt, cache_dir=False).at(0, 2 * n)
     fine_dt = reference_solution(eq, [t], n=n, dt=dt / 2, cache_dir=False).at(0, 2 * n)

@@ -313,9 +313,21 @@ class _Search:
 
     def command(self, trial) -> str:
         """The command line that runs ``trial``'s configuration again as one job:
-        its overrides, as a single run (a preset may ask for a multirun), in a new run."""
-        words = [*self._overrides(trial), "hydra.mode=RUN", "resume=false"]
+        its overrides, as a single run (a preset may ask for a multirun), in a new run, with
+        the search's own ``--config-dir`` (a user's folder)."""
+        words = [*config_dir_words(sys.argv[1:]), *self._overrides(trial), "hydra.mode=RUN", "resume=false"]
         return " ".join(["python", shlex.quote(sys.argv[0]), *(shlex.quote(w) for w in words)])
+
+
+def config_dir_words(argv: Sequence[str]) -> list[str]:
+    """The words of ``argv`` that name Hydra's ``--config-dir`` (``-cd``), with their value."""
+    words = []
+    for i, word in enumerate(argv):
+        if word in ("--config-dir", "-cd") and i + 1 < len(argv):
+            words += [word, argv[i + 1]]
+        elif word.startswith(("--config-dir=", "-cd=")):
+            words.append(word)
+    return words
 
 
 def _raised(result: JobReturn) -> str:
