@@ -463,9 +463,10 @@ def test_the_estimate_carries_its_past_error_at_the_declared_growth_rate(kind):
 
 def test_the_transport_estimate_follows_the_error_where_projection_is_exact():
     """As the test above, with the error carried through L′ on the held-out grid
-    (``transport``): every mode decays in the estimate as in the truth, so the estimate
-    stays within 30 % above Heun's error at every step, where the contractive bound
-    (``hermite``) drifts up as the damped modes die."""
+    (``transport``): every mode decays in the estimate as in the truth, each step's defect
+    too (weighted by φ₁(ΔtΛ): spread over the step), so the estimate is Heun's error to
+    0.1 % at every step (measured 0.9997; with the defect unweighted it ran up to 30 %
+    above), where the contractive bound (``hermite``) drifts up as the damped modes die."""
     eq = make_config("equation.initial_condition=sines2d").equation
     model = _fourier_model()
     held = Quadrature(holdout_points(16, 16, eq.lengths), cell_volume(16, eq.lengths), grid_shape=(16, 16))
@@ -488,7 +489,7 @@ def test_the_transport_estimate_follows_the_error_where_projection_is_exact():
         ratios.append(estimate.error / float(defect.norm(model.apply(new, held.points) - exact)))
         theta, start = new, end
     ratios = np.array(ratios)
-    assert np.all(ratios >= 1.0) and np.all(ratios <= 1.3), ratios
+    assert np.all(np.abs(ratios - 1.0) <= 1e-3), ratios
 
 
 @pytest.mark.parametrize("name, expected", [
