@@ -52,7 +52,7 @@ class KuramotoSivashinsky(PeriodicBox):
 
 class KuramotoSivashinskyETDRK4(KuramotoSivashinsky):
     """:class:`KuramotoSivashinsky` with its reference: ETDRK4 integrates the linear part
-    exactly, symbol ``a|k|² − b|k|⁴``, and the rest ``N = −½|∇u|²`` (quadratic: padded by ½)
+    exactly, symbol ``a|k|² − b|k|⁴``, and the rest ``N = −½|∇u|²`` (quadratic: ``degree=2``)
     by its fourth-order rule, on 64² modes with Δt = 10⁻³ (self-convergence in
     docs/guides/methods.md)."""
 
