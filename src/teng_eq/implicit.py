@@ -40,7 +40,14 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from teng_eq.equations import Equation, network_operator, operator
 from teng_eq.estimate import Transport
 from teng_eq.grid import Quadrature
-from teng_eq.integrators import _CONDITIONS, _order_conditions, combine, held_out, step_record
+from teng_eq.integrators import (
+    _CONDITIONS,
+    _order_conditions,
+    combine,
+    held_out,
+    step_record,
+    warm_start_point,
+)
 from teng_eq.stage import StageSolver
 
 
@@ -343,16 +350,6 @@ class ImplicitTENGStep(eqx.Module):
     def solver(self) -> StageSolver:
         return self.stage.solver
 
-    def start(self, theta_t, previous, c, dt, rate, c_prev):
-        """Where an implicit stage at node ``c`` starts (class docstring)."""
-        if self.warm_start != "extrapolate":
-            return previous
-        if c_prev:
-            return theta_t + (c / c_prev) * (previous - theta_t)
-        if rate is not None:
-            return theta_t + self.warm_rate * c * dt * rate
-        return previous
-
     def __call__(self, theta, key: PRNGKeyArray, dt=None, expected=None, rate=None, t=0.0):
         """θ_{t+Δt} and the step's record (``expected`` is not used: no ``local_error`` policy)."""
         space, stage, tab, theta_t = self.solver.space, self.stage, self.tableau, theta
@@ -369,7 +366,7 @@ class ImplicitTENGStep(eqx.Module):
             h = dt * A[j, j]
             if A[j, j] != 0.0:
                 first = not logs
-                start = self.start(theta_t, current, c[j], dt, rate, c_prev)
+                start = warm_start_point(self.warm_start, self.warm_rate, theta_t, current, c[j], c_prev, dt, rate)
                 sub = self.subsample_first if first else self.subsample
                 current, value, passes, residual = stage(start, rhs, h, t + c[j] * dt, keys[j],
                                                          (self.iters if first else self.iters_later, self.iters_later),

@@ -333,16 +333,10 @@ class TENGStep(eqx.Module):
         return eqx.tree_at(lambda s: s.holdout.points, out, shift(self.holdout.points, held))
 
     def fit_start(self, j: int, theta_t, previous, nodes, dt, rate):
-        """Where fit j starts (class docstring, warm start): the θ of the fit before it
-        (``previous``; θ_t for the first), or under ``extrapolate`` θ_t moved along the
-        latest rate to the fit's node."""
-        if self.warm_start != "extrapolate":
-            return previous
-        if j > 0 and nodes[j - 1] != 0.0:
-            return theta_t + (nodes[j] / nodes[j - 1]) * (previous - theta_t)
-        if rate is not None:
-            return theta_t + self.warm_rate * nodes[0] * dt * rate
-        return previous
+        """Where fit j starts (class docstring, warm start; :func:`warm_start_point` at the
+        fit's node, the fit before it at ``nodes[j - 1]``)."""
+        return warm_start_point(self.warm_start, self.warm_rate, theta_t, previous, nodes[j],
+                                nodes[j - 1] if j > 0 else 0.0, dt, rate)
 
     def embedded(self, theta, slopes: list, target, dt, t) -> dict[str, Float[Array, ""]]:
         """``local_error`` and ``u_l2`` (class docstring) of the step that ended at θ with
@@ -404,6 +398,21 @@ class TENGStep(eqx.Module):
         loss = logs[-1].final_loss
         embedded = {} if self.tableau.b_error is None else self.embedded(theta, slopes, target, dt, t)
         return theta, step_record(logs, loss, *held_out(space, theta, self.holdout, target[n:], loss), **embedded)
+
+
+def warm_start_point(warm_start: str, warm_rate: float, theta_t, previous, c, c_prev, dt, rate):
+    """Where a fit at node ``c`` (the step's time θ_t + cΔt) starts: the θ of the fit before
+    it (``previous``; θ_t for the first), or under ``extrapolate`` θ_t moved along the latest
+    rate to c — the fit before's, ``(previous − θ_t)/(c_prev Δt)``, where it sat at a node
+    ``c_prev`` ≠ 0, else β times the previous step's ``rate`` (β = ``warm_rate``; None: none
+    known, ``previous``)."""
+    if warm_start != "extrapolate":
+        return previous
+    if c_prev:
+        return theta_t + (c / c_prev) * (previous - theta_t)
+    if rate is not None:
+        return theta_t + warm_rate * c * dt * rate
+    return previous
 
 
 def held_out(space, theta, holdout: Quadrature | None, target, loss) -> tuple[Float[Array, ""], Float[Array, ""]]:
