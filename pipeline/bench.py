@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-table", action="store_true", help="only the step comparison (and --paper)")
     ap.add_argument("--cube-dims", type=int, nargs="*", default=[],
                     help="also time a whole step of heat_cube at its preset sizes in each of these dimensions")
+    ap.add_argument("--systems", action="store_true",
+                    help="also time a step of the wave system (2 components) against heat's on the same grid")
     ap.add_argument("--mlflow", action="store_true", help="log the tables as an MLflow run")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("overrides", nargs="*", help="conf/ overrides, e.g. stopping=fixed (after --)")
@@ -213,6 +215,29 @@ def main(argv=None) -> int:
                               "step_s": benchmark.median_seconds(fn, m.theta0, key, repeats=args.repeats)})
             print_table(cube_rows[-1:], ["d", "parameters", "N", "step_s"], header=len(cube_rows) == 1)
 
+    system_rows = []
+    if args.systems:
+        print(f"\n## A system against a scalar: TENG-{o.integrator} on {o.grid}², subsample "
+              f"{o.subsample_first}/{o.subsample}, {o.solver}; rows = points × components")
+        for choice in ("equation=heat", "equation=wave"):
+            c = compose_config([choice, f"grid={o.grid}", "dt=0.01", *SHORT_FIT, *args.overrides])
+            m = build_method(c, cache_dir=args.cache_dir)
+            step = step_at(m, c, o.grid, o.solver, o.subsample_first, o.subsample)
+            it = benchmark.time_iterations(step, c.equation.quadrature(o.grid), m.theta0, key, o.subsample,
+                                           (o.solver,), repeats=args.repeats)[0]
+            fn = benchmark.compiled_step(step, m.theta0, key)
+            system_rows.append({"equation": c.equation.name, "components": c.equation.outputs, "parameters": m.theta0.size,
+                                "rows": it.grid_points, "operator_ms": it.operator_ms, "jacobian_ms": it.jacobian_ms,
+                                "solve_ms": it.solve_ms, "iteration_ms": it.iteration_ms,
+                                "step_s": benchmark.median_seconds(fn, m.theta0, key, repeats=args.repeats)})
+        columns = ["equation", "components", "parameters", "rows", "operator_ms", "jacobian_ms", "solve_ms",
+                   "iteration_ms", "step_s"]
+        print_table(system_rows, columns)
+        scalar, system = system_rows
+        print(f"wave / heat: iteration {system['iteration_ms'] / scalar['iteration_ms']:.2f}x, solve "
+              f"{system['solve_ms'] / scalar['solve_ms']:.2f}x, step {system['step_s'] / scalar['step_s']:.2f}x",
+              flush=True)
+
     total = time.perf_counter() - start
     print(f"\nbench total: {total:.0f} s (load average now {os.getloadavg()[0]:.2f})")
 
@@ -229,6 +254,8 @@ def main(argv=None) -> int:
                     run.metric(f"{key}.{tag}", r[key])
             for r in cube_rows:
                 run.metric(f"cube_step_s.d{r['d']}", r["step_s"])
+            for r in system_rows:
+                run.metric(f"system_step_s.{r['equation']}", r["step_s"])
             with tempfile.TemporaryDirectory() as tmp:
                 for name, table, cols in (("iterations.csv", rows, COLUMNS),
                                           ("steps.csv", step_rows, ["variant", "grid", "step_s", "final_loss"])):

@@ -95,10 +95,16 @@ def test_every_equation_and_method_composes(equation, method):
     """Every pair composes; it validates, or is refused in one line by the method's own
     check, for the reason the equation declares: the baselines need a periodic domain
     (``periods``), PINN-ENGD a linear equation (``linear``), the implicit TENG steps a
-    periodic grid (not moving points); explicit TENG runs every equation."""
+    periodic grid (not moving points), every method but explicit TENG a scalar equation;
+    explicit TENG runs every equation."""
     eq = make_equation(equation)
     baseline = method in ("tdvp_rk4", "obti_adam", "obti_lbfgs", "pinn_bfgs", "pinn_engd")
     implicit = (CONF / "method" / f"{method}.yaml").read_text().count("_teng_implicit") > 0
+    if eq.components and (baseline or implicit):
+        with pytest.raises(ConfigError, match=f"^invalid config: method='{method}': runs scalar equations, and "
+                                              f"{equation} is a system"):
+            make_config(f"equation={equation}", f"method={method}")
+        return
     if baseline and eq.periods is None:
         reason = f"method {method} needs a periodic domain"
     elif implicit and eq.periods is None:
@@ -140,7 +146,7 @@ MALFORMED = [
     (["+foo=1"], "foo=1: unknown key"),
     (["method.foo=1"], "'method.foo'"),
     (["+network.foo=1"], "network.foo=1: unknown key"),
-    (["equation=wave"], "equation='wave'"),
+    (["equation=tsunami"], "equation='tsunami'"),
     (["-m", "method=teng_euler,teng_rk45"], "method='teng_rk45'"),
     (["dt=0.01,0.02"], "'dt=0.01,0.02'"),  # a sweep without -m
     (["dt=abc"], "dt='abc': must be a number"),

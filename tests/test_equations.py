@@ -66,11 +66,11 @@ def test_every_equation_declares_its_pieces(name):
     eq = make_equation(name)
     assert eq.name == name
     fit, held, ev = eq.quadrature(16), eq.holdout(16, 8), eq.evaluation(16)
-    for q in (fit, held, ev):
-        assert q.points.shape[1] == eq.dim
+    for q in (fit, held, ev):  # a system's rows: (x, c), every point once per component
+        assert q.points.shape[1] == eq.dim + (1 if eq.components else 0) and q.components == eq.components
         w = np.broadcast_to(np.asarray(q.weights), (q.points.shape[0],))
         assert np.all(w > 0)
-    measure = math.prod(eq.periods) if eq.periods is not None else math.pi
+    measure = (math.prod(eq.periods) if eq.periods is not None else math.pi) * eq.outputs
     for q in (fit, held, ev):
         w = np.broadcast_to(np.asarray(q.weights), (q.points.shape[0],))
         inside = w if q.boundary is None else w[~np.asarray(q.boundary)]

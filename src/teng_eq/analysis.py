@@ -110,6 +110,9 @@ def tidy(runs: pd.DataFrame) -> pd.DataFrame:
     for name in METRICS:
         col = f"metrics.{name}"
         out[name] = runs[col].astype(float) if col in runs else np.nan
+    for col in runs.columns:  # a system's: final_rel_l2/<component>, max_drift/<invariant>
+        if col.startswith(("metrics.final_rel_l2/", "metrics.max_drift/")):
+            out[col.removeprefix("metrics.")] = runs[col].astype(float)
     # A run of an equation without a reference: its error is its own estimate, and says so.
     estimated = out["global_rel_l2"].isna() & out["est_global_rel_l2"].notna()
     out["error_source"] = np.where(estimated, "estimate", "reference")

@@ -159,6 +159,10 @@ class RunConfig:
             raise bad("eval_grid", self.eval_grid, "must be an integer >= 8")
         if self.seed < 0:
             raise bad("seed", self.seed, "must be an integer >= 0")
+        eq = self.equation
+        if eq.components and not self.method.cls.systems:
+            raise bad("method", self.method.name, f"runs scalar equations, and {eq.name} is a system {eq.components} "
+                      "(the explicit TENG methods run systems)")
         self.method.cls.check(self.method.options, self.problem, self.method.name)
 
 

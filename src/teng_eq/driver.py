@@ -47,6 +47,9 @@ class Program:
     estimate: CompiledEstimate | None
     inputs: StepInputs  # what the step takes: Δt, the expected error, t (zeros; None: not taken)
     seconds: float
+    # A system's conserved integrals of a state (None: it declares none) and their values at θ₀.
+    invariants: Callable | None = None
+    invariants0: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def build(cls, method: Method, cfg: RunConfig, key: PRNGKeyArray, points) -> Program:
@@ -57,7 +60,11 @@ class Program:
         on_boundary = None if boundary is None else at(boundary)
         defect = None if cfg.estimate == "none" else method.defect(cfg.estimate)
         estimate = None if defect is None else CompiledEstimate(defect, cfg.estimate, method.parameters, state)
-        return cls(step, evaluate, on_boundary, estimate, inputs, time.perf_counter() - start)
+        invariants, initial = None, {}
+        if cfg.equation.components and cfg.equation.conserves:
+            invariants = jax.jit(lambda s: cfg.equation.integrals(method.network(s).vector, cfg.eval_grid))
+            initial = {k: float(v) for k, v in invariants(state).items()}
+        return cls(step, evaluate, on_boundary, estimate, inputs, time.perf_counter() - start, invariants, initial)
 
     def attempt(self, state, key, inputs: StepInputs) -> tuple[PyTree, StepRecord, float]:
         """One try from ``state``: the new state, its record (on the host), its seconds."""
@@ -216,6 +223,8 @@ class Meter:
         err_sq, ref_sq = squared_norms(u, ref, self.weights) if ref is not None else (
             np.nan, squared_norms(u, u, self.weights)[1])
         out = {"err_sq": float(err_sq), "ref_sq": float(ref_sq)}
+        if self.cfg.equation.components:
+            out["metrics"] = self.per_component(u, ref, state)
         if ref is not None and self.cfg.equation.sampled:
             out["rel_se"] = monte_carlo_se(u, ref)
         if self.program.boundary is not None:
@@ -224,6 +233,22 @@ class Meter:
             out["snapshot"] = (u, ref)
             out["state"] = state_bytes(state) if keep_state else None
         return out, time.perf_counter() - start
+
+    def per_component(self, u, ref, state) -> dict[str, float]:
+        """A system's ``rel_l2/<component>`` (against the reference) and ``drift/<name>`` of each
+        invariant it declares, ``|I(t) − I(0)| / |I(0)|`` with I(0) θ₀'s."""
+        out = {}
+        if ref is not None:
+            names = self.cfg.equation.components
+            w = np.broadcast_to(np.asarray(self.weights, np.float64), u.shape).reshape(len(names), -1)
+            for name, ui, ri, wi in zip(names, u.reshape(len(names), -1), ref.reshape(len(names), -1), w):
+                err_sq, ref_sq = squared_norms(ui, ri, wi)
+                out[f"rel_l2/{name}"] = float(np.sqrt(err_sq / ref_sq))
+        if self.program.invariants is not None:
+            for name, value in self.program.invariants(state).items():
+                start = self.program.invariants0[name]
+                out[f"drift/{name}"] = abs(float(value) - start) / abs(start)
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,6 +356,7 @@ def observe(loop: Loop, state: RunState, new, metrics: dict, h: float, t: float)
     checked = dict(metrics)
     if loop.sequential:
         measured, seconds = loop.meter.measure(state.n + 1, t, new, loop.keep_states, since=state.t)
+        metrics.update(measured.pop("metrics", {}))
         fields, clock = fields | measured, clock.add(eval_s=seconds)
         if loop.meter.reference is not None:
             checked["rel_l2"] = float(np.sqrt(np.float64(fields["err_sq"]) / fields["ref_sq"]))

@@ -20,12 +20,30 @@ class Quadrature(NamedTuple):
     none): there a fit's target is the boundary value, not the PDE's.
     ``grid_shape`` is the tensor-grid layout of ``points`` in 'ij' order (first
     axis slowest), None for scattered points; plots use it.
+
+    ``components``: a system's names (empty: one scalar field). Its quadrature holds the
+    spatial one's points once per component, component by component, each row ``(x, c)``
+    with c the component's index (:func:`for_components`); ``grid_shape`` stays the
+    spatial one's.
     """
 
     points: Float[Array, "n dim"]
     weights: float | Float[Array, " n"]
     boundary: Bool[Array, " n"] | None = None
     grid_shape: tuple[int, ...] | None = None
+    components: tuple[str, ...] = ()
+
+
+def for_components(quadrature: Quadrature, components: tuple[str, ...]) -> Quadrature:
+    """The quadrature of a system of ``components`` on the spatial ``quadrature``: its
+    points ``(x, c)`` for c = 0 … m−1 in turn, its weights and boundary repeated, so that
+    ``Σₙ wₙ rₙ²`` over them is ``Σ_c ‖r_c‖²``, the norm of the whole state."""
+    m, points = len(components), jnp.asarray(quadrature.points)
+    index = jnp.repeat(jnp.arange(m, dtype=points.dtype), points.shape[0])
+    stacked = jnp.concatenate([jnp.tile(points, (m, 1)), index[:, None]], axis=1)
+    weights = quadrature.weights if jnp.ndim(quadrature.weights) == 0 else jnp.tile(quadrature.weights, m)
+    boundary = None if quadrature.boundary is None else jnp.tile(quadrature.boundary, m)
+    return Quadrature(stacked, weights, boundary, quadrature.grid_shape, tuple(components))
 
 
 def norm2(r: Float[Array, " n"], weights: float | Float[Array, " n"]) -> Float[Array, ""]:

@@ -43,7 +43,7 @@ from jaxtyping import Array, Float
 from teng_eq.cache import array_digest, cache_dir, digest, load_arrays, store_or_warn
 from teng_eq.equations import Equation, operator
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature, grid_points, norm2
+from teng_eq.grid import Quadrature, norm2
 from teng_eq.lstsq import SOLVERS
 from teng_eq.model import ParamSpace, TENGNet
 from teng_eq.options import at_least, one_of
@@ -283,8 +283,8 @@ def odd_under_half_shift(equation: Equation, grid: int, tol: float = 1e-12) -> b
     periods = equation.periods
     if grid % 2 or periods is None or equation.sampled:  # sampled points: no grid to map onto itself
         return False
-    points = grid_points(grid, periods)
-    shifted = points + 0.5 * jnp.asarray(periods)
+    points = jnp.asarray(equation.quadrature(grid).points)  # a system's rows (x, c): c stays
+    shifted = points + jnp.zeros(points.shape[1]).at[: len(periods)].set(0.5 * jnp.asarray(periods))
     f = jax.vmap(equation.u0)
     for a, b in ((f(points), f(shifted)),
                  (operator(equation, f, points), operator(equation, f, shifted))):

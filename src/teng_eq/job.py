@@ -363,7 +363,9 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -
                     f"holdout.fail={result.holdout.fail:g}): the fits may overfit the quadrature nodes")
     if fit is not None and not fit.converged:
         warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
-    if result.estimate not in (run_cfg.estimate, "none"):
+    if result.estimate == "none" != run_cfg.estimate and run_cfg.equation.components:
+        print(f"note: {name}: estimate={run_cfg.estimate}: a system has no error estimate yet", file=sys.stderr)
+    elif result.estimate not in (run_cfg.estimate, "none"):
         why = ("needs a periodic box" if run_cfg.estimate == "transport" else
                f"needs derivatives of twice the operator's order ({2 * run_cfg.equation.order})")
         print(f"note: {name}: estimate={run_cfg.estimate} {why}: the run's estimate is {result.estimate}",
@@ -429,6 +431,7 @@ def _write_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: 
             run.artifact(tmp / png, "plots")
         if result.snapshots:
             draw = plots.line_fields if run_cfg.equation.dim == 1 else plots.density
-            draw(tmp / "density.png", result.snapshots, result.times, run_cfg.equation.evaluation(run_cfg.eval_grid),
-                 title=name)
-            run.artifact(tmp / "density.png", "plots")
+            evaluation = run_cfg.equation.evaluation(run_cfg.eval_grid)
+            for suffix, snapshots, points in plots.by_component(result.snapshots, evaluation):
+                draw(tmp / f"density{suffix}.png", snapshots, result.times, points, title=name + suffix.replace("_", " "))
+                run.artifact(tmp / f"density{suffix}.png", "plots")

@@ -53,6 +53,9 @@ EMBEDDING_ACTIVATIONS = ("tanh", "identity")
 #: Initialisations (see the module docstring); ``auto`` is resolved per problem
 #: (:func:`teng_eq.initial_fit.resolve_init`) before a network is built.
 INITS = ("odd", "paper", "legacy")
+#: A system's network: one trunk with an output per component, or one :class:`TENGNet` per
+#: component (:class:`TENGNet`, :class:`ComponentNets`).
+SYSTEM_NETWORKS = ("shared", "separate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,13 +63,15 @@ class NetworkConfig:
     """The sequential methods' network (the ``network`` config group): embedding
     ``features`` per dimension, hidden ``width``, ``depth`` layers in all
     (embedding, hidden, output), ``embedding_activation`` σ and ``init`` (module
-    docstring; ``auto`` as well, until resolved)."""
+    docstring; ``auto`` as well, until resolved); for a system, ``components``: one of
+    :data:`SYSTEM_NETWORKS`."""
 
     features: int
     width: int
     depth: int
     embedding_activation: str
     init: str
+    components: str
 
     def validate(self, prefix: str = "network", resolved: bool = False) -> None:
         at_least(prefix, self, 1, "features", "width")
@@ -74,6 +79,7 @@ class NetworkConfig:
             raise bad(f"{prefix}.depth", self.depth, "must be >= 3 (embedding, hidden, output)")
         one_of(f"{prefix}.embedding_activation", self.embedding_activation, EMBEDDING_ACTIVATIONS)
         one_of(f"{prefix}.init", self.init, INITS if resolved else ("auto", *INITS))
+        one_of(f"{prefix}.components", self.components, SYSTEM_NETWORKS)
 
 
 class PeriodicEmbedding(eqx.Module):
@@ -113,6 +119,16 @@ class TENGNet(eqx.Module):
 
     ``periodic=False`` drops the embedding: the first layer takes x itself (the
     paper's network on the disk, where the domain is not periodic).
+
+    **Systems** (``outputs`` m > 1): one trunk, an output layer of m rows, one per
+    component of the state (u₁, …, u_m). The network is then a scalar function of the
+    point *and* the component, ``û(x, c) = W_out[c] h(x) + b_out[c]``: its input is
+    ``(x, c)``, the component index c (as a float) in the last place, so that the fits'
+    quadratures, least squares and norms see a system as one scalar field on m copies of
+    the points (:meth:`teng_eq.equations.Equation.quadrature`) — one Gram, one solve over
+    every component's rows. :meth:`vector` gives every component at a point at once (the
+    operator's fields). The trunk is shared: m components cost (m − 1)(width + 1)
+    parameters more than one, and a step's least squares m times the rows.
     """
 
     embedding: PeriodicEmbedding | None  # None: plain Cartesian input (non-periodic domains)
@@ -120,18 +136,21 @@ class TENGNet(eqx.Module):
     output: eqx.nn.Linear
     embedding_activation: str = eqx.field(static=True)
     init: str = eqx.field(static=True)
+    outputs: int = eqx.field(static=True, default=1)
 
     def __init__(self, dim: int = 2, features: int = 20, width: int = 40, depth: int = 7, lengths=None,
-            embedding_activation: str = "tanh", init: str = "odd", *, periodic: bool = True, key: PRNGKeyArray):
-        NetworkConfig(features, width, depth, embedding_activation, init).validate(resolved=True)
+            embedding_activation: str = "tanh", init: str = "odd", *, periodic: bool = True, outputs: int = 1,
+            key: PRNGKeyArray):
+        NetworkConfig(features, width, depth, embedding_activation, init, "shared").validate(resolved=True)
         lengths = (2 * math.pi,) * dim if lengths is None else lengths
         keys = jax.random.split(key, depth)
         self.embedding_activation = embedding_activation
         self.init = init
+        self.outputs = outputs
         self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0], init=init) if periodic else None
         sizes = [dim * features if periodic else dim] + [width] * (depth - 2)
         hidden = [eqx.nn.Linear(n_in, n_out, key=k) for n_in, n_out, k in zip(sizes[:-1], sizes[1:], keys[1:-1])]
-        output = eqx.nn.Linear(width, "scalar", key=keys[-1])
+        output = eqx.nn.Linear(width, "scalar" if outputs == 1 else outputs, key=keys[-1])
         if init != "legacy":
             lecun = jax.nn.initializers.lecun_normal(in_axis=-1, out_axis=-2)
 
@@ -152,14 +171,26 @@ class TENGNet(eqx.Module):
         e = self.embedding(x)
         return jnp.tanh(e) if self.embedding_activation == "tanh" else e
 
-    def __call__(self, x: Float[Array, "*n dim"]) -> Float[Array, "*n"]:
-        """û at the point ``x`` (dim,), or at every row of ``x`` (n, dim)."""
-        if x.ndim == 2:
-            return jax.vmap(self)(x)
+    def trunk(self, x: Float[Array, " dim"]) -> Float[Array, " width"]:
+        """The last hidden layer's output at the point ``x``."""
         h = self.features(x)
         for layer in self.hidden:
             h = jnp.tanh(layer(h))
-        return self.output(h)
+        return h
+
+    def __call__(self, x: Float[Array, "*n dim"]) -> Float[Array, "*n"]:
+        """û at the point ``x`` (dim,), or at every row of ``x`` (n, dim); for a system
+        the points are ``(x, c)`` (class docstring) and the value that of component c."""
+        if x.ndim == 2:
+            return jax.vmap(self)(x)
+        if self.outputs == 1:
+            return self.output(self.trunk(x))
+        # The comparison has no derivative: c selects, the point's coordinates differentiate.
+        return self.vector(x[:-1]) @ (jnp.arange(self.outputs) == x[-1]).astype(x.dtype)
+
+    def vector(self, x: Float[Array, " dim"]) -> Float[Array, " outputs"]:
+        """Every component's value at the (spatial) point ``x``: ``(û₁, …, û_m)``."""
+        return self.output(self.trunk(x))
 
     def jacobian_factors_t(
         self, points: Float[Array, "n dim"]
@@ -185,26 +216,21 @@ class TENGNet(eqx.Module):
         """
         emb = self.embedding
         n = points.shape[0]
-        if emb is None:
-            # Cartesian input: the first layer sees x itself; no embedding factors.
-            h, head = points.T, [jnp.ones((1, n), points.dtype)]
-        else:
-            kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
-            ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
-            cphi, sphi = jnp.cos(emb.phi)[:, :, None], jnp.sin(emb.phi)[:, :, None]
-            cos = ckx * cphi - skx * sphi  # (dim, features, n)
-            sin = skx * cphi + ckx * sphi
-            h = (emb.a[:, :, None] * cos + emb.c[:, :, None]).reshape(-1, n)
-            head = [jnp.ones((1, n), h.dtype), cos.reshape(-1, n), (-emb.a[:, :, None] * sin).reshape(-1, n)]
-            if self.embedding_activation == "tanh":
-                h = jnp.tanh(h)
+        if self.outputs > 1:  # (x, c): the output's cotangent is c's row, one-hot
+            select = (jnp.arange(self.outputs)[:, None] == points[None, :, -1]).astype(points.dtype)
+            points = points[:, :-1]
+        h, head = self._embedded(points)
         inputs = []
         for layer in self.hidden:
             inputs.append(h)
             h = jnp.tanh(layer.weight @ h + layer.bias[:, None])
         inputs.append(h)
-        u = self.output.weight[0] @ h + self.output.bias[0]
-        g = jnp.ones((1, n), u.dtype)
+        if self.outputs == 1:
+            u = self.output.weight[0] @ h + self.output.bias[0]
+            g = jnp.ones((1, n), u.dtype)
+        else:
+            g = select
+            u = jnp.sum(g * (self.output.weight @ h + self.output.bias[:, None]), axis=0)
         gs = [g]
         w_next = self.output.weight
         for layer, h_out in zip(reversed(self.hidden), reversed(inputs[1:])):
@@ -219,6 +245,28 @@ class TENGNet(eqx.Module):
         Gt = jnp.concatenate(gs[::-1], axis=0)
         Ht = jnp.concatenate(head + inputs, axis=0)
         return u, Gt, Ht
+
+    def _embedded(self, points: Float[Array, "n dim"]) -> tuple[Float[Array, "f n"], list[Float[Array, "_ n"]]]:
+        """What the first dense layer sees at every point (σ(e), or x itself without the
+        embedding) and the head rows of ``Hᵀ`` (:meth:`jacobian_factors_t`)."""
+        emb, n = self.embedding, points.shape[0]
+        if emb is None:
+            # Cartesian input: the first layer sees x itself; no embedding factors.
+            return points.T, [jnp.ones((1, n), points.dtype)]
+        kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
+        ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
+        cphi, sphi = jnp.cos(emb.phi)[:, :, None], jnp.sin(emb.phi)[:, :, None]
+        cos = ckx * cphi - skx * sphi  # (dim, features, n)
+        sin = skx * cphi + ckx * sphi
+        h = (emb.a[:, :, None] * cos + emb.c[:, :, None]).reshape(-1, n)
+        head = [jnp.ones((1, n), h.dtype), cos.reshape(-1, n), (-emb.a[:, :, None] * sin).reshape(-1, n)]
+        return (jnp.tanh(h) if self.embedding_activation == "tanh" else h), head
+
+    def factor_rows(self) -> tuple[int, int]:
+        """The rows of ``Gᵀ`` and ``Hᵀ`` (:meth:`jacobian_factors_t`)."""
+        n_emb = 0 if self.embedding is None else self.embedding.a.size
+        widths = sum(layer.weight.shape[0] for layer in self.hidden)
+        return n_emb + widths + self.outputs, 1 + 2 * n_emb + self.hidden[0].weight.shape[1] + widths
 
     def factor_columns(self) -> tuple[Int[np.ndarray, " params"], Int[np.ndarray, " params"]]:
         """Flat ``(gcol, hcol)`` index arrays for :meth:`jacobian_factors_t`, in the
@@ -251,6 +299,55 @@ class TENGNet(eqx.Module):
         return flat(g_cols), flat(h_cols)
 
 
+class ComponentNets(eqx.Module):
+    """A system's network as one scalar :class:`TENGNet` per component (``nets``): at a row
+    ``(x, c)`` the value of net c at x. Its fits and least squares see it as
+    :class:`TENGNet` with ``outputs`` does (one Gram over every component's rows), but
+    component c's rows depend on net c's parameters alone: the components move
+    independently, where one trunk's output rows can only combine the same features (two
+    components that start equal, or proportional, then move together to first order).
+    m components cost m times the parameters of one."""
+
+    nets: tuple[TENGNet, ...]
+
+    @property
+    def outputs(self) -> int:
+        return len(self.nets)
+
+    @property
+    def init(self) -> str:
+        return self.nets[0].init
+
+    def __call__(self, x: Float[Array, "*n dim+1"]) -> Float[Array, "*n"]:
+        if x.ndim == 2:
+            return jax.vmap(self)(x)
+        return self.vector(x[:-1]) @ (jnp.arange(self.outputs) == x[-1]).astype(x.dtype)
+
+    def vector(self, x: Float[Array, " dim"]) -> Float[Array, " outputs"]:
+        return jnp.stack([net(x) for net in self.nets])
+
+    def jacobian_factors_t(self, points: Float[Array, "n dim+1"]):
+        """:meth:`TENGNet.jacobian_factors_t` of every net at the rows' x, stacked; net c's
+        ``Gᵀ`` rows zero on the rows of the other components."""
+        x, u, gs, hs = points[:, :-1], 0.0, [], []
+        for c, net in enumerate(self.nets):
+            mine = (points[:, -1] == c).astype(points.dtype)
+            uc, Gt, Ht = net.jacobian_factors_t(x)
+            u, gs, hs = u + mine * uc, [*gs, Gt * mine], [*hs, Ht]
+        return u, jnp.concatenate(gs), jnp.concatenate(hs)
+
+    def factor_columns(self) -> tuple[Int[np.ndarray, " params"], Int[np.ndarray, " params"]]:
+        """The nets' columns, each offset past the factor rows of the nets before it."""
+        g_cols, h_cols, g_off, h_off = [], [], 0, 0
+        for net in self.nets:
+            g, h = net.factor_columns()
+            g_cols.append(g + g_off)
+            h_cols.append(h + h_off)
+            g_rows, h_rows = net.factor_rows()
+            g_off, h_off = g_off + g_rows, h_off + h_rows
+        return np.concatenate(g_cols).astype(np.int32), np.concatenate(h_cols).astype(np.int32)
+
+
 class ParamSpace(eqx.Module):
     """A network seen as a function of one flat parameter vector θ.
 
@@ -280,25 +377,36 @@ class ParamSpace(eqx.Module):
         return eqx.combine(self.unravel(theta), self.static)
 
     def apply(self, theta: Float[Array, " params"], points: Float[Array, "n dim"]) -> Float[Array, " n"]:
-        """``û_θ`` at each of ``points``."""
+        """``û_θ`` at each of ``points`` (a system's: ``(x, c)``, :class:`TENGNet`)."""
         return jax.vmap(self.network(theta))(points)
+
+    def vector(self, theta: Float[Array, " params"], points: Float[Array, "n dim"]) -> Float[Array, "n outputs"]:
+        """Every component of a system's ``û_θ`` at each of the (spatial) ``points``."""
+        return jax.vmap(self.network(theta).vector)(points)
 
 
 def build_network(options: NetworkConfig, dim: int, periods: tuple[float, ...] | None, seed: int,
-                  init: str | None = None) -> TENGNet:
+                  init: str | None = None, outputs: int = 1) -> TENGNet | ComponentNets:
     """The untrained network of ``options`` on a ``dim``-dimensional domain (periodic
-    embedding with ``periods``, or Cartesian input where None), initialised from
-    ``seed`` as ``init`` says (default ``options.init``, which must then be resolved)."""
+    embedding with ``periods``, or Cartesian input where None) with ``outputs``
+    components (a system's as ``options.components`` says), initialised from ``seed`` as
+    ``init`` says (default ``options.init``, which must then be resolved)."""
     key, _ = jax.random.split(jax.random.PRNGKey(seed))
-    return TENGNet(dim=dim, features=options.features, width=options.width, depth=options.depth,
-                   lengths=periods, periodic=periods is not None,
-                   embedding_activation=options.embedding_activation,
-                   init=options.init if init is None else init, key=key)
+
+    def net(key, outputs):
+        return TENGNet(dim=dim, features=options.features, width=options.width, depth=options.depth,
+                       lengths=periods, periodic=periods is not None, outputs=outputs,
+                       embedding_activation=options.embedding_activation,
+                       init=options.init if init is None else init, key=key)
+
+    if outputs > 1 and options.components == "separate":
+        return ComponentNets(tuple(net(jax.random.fold_in(key, c), 1) for c in range(outputs)))
+    return net(key, outputs)
 
 
-def parameter_count(options: NetworkConfig, dim: int, periods: tuple[float, ...] | None) -> int:
+def parameter_count(options: NetworkConfig, dim: int, periods: tuple[float, ...] | None, outputs: int = 1) -> int:
     """Trainable parameters of :func:`build_network` (shape evaluation, no compute;
     they do not depend on the initialisation)."""
-    shapes = eqx.filter_eval_shape(build_network, options, dim, periods, 0, "paper")
+    shapes = eqx.filter_eval_shape(build_network, options, dim, periods, 0, "paper", outputs)
     return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(shapes)
                if isinstance(leaf, jax.ShapeDtypeStruct) and np.issubdtype(leaf.dtype, np.inexact))

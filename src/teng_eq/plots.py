@@ -131,6 +131,25 @@ def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
     return Path(path)
 
 
+def by_component(snapshots, evaluation):
+    """``(suffix, snapshots, quadrature)`` per field to plot: a scalar's as they are (suffix
+    ""); a system's component by component (``_u``, …), on the spatial points."""
+    names = evaluation.components
+    if not names:
+        yield "", snapshots, evaluation
+        return
+    m = len(names)
+    n = np.asarray(evaluation.points).shape[0] // m
+    weights = evaluation.weights if np.ndim(evaluation.weights) == 0 else np.asarray(evaluation.weights)[:n]
+    spatial = evaluation._replace(points=np.asarray(evaluation.points)[:n, :-1], weights=weights, components=())
+
+    def part(values, i):
+        return None if values is None else np.asarray(values)[i * n : (i + 1) * n]
+
+    for i, name in enumerate(names):
+        yield f"_{name}", {k: (part(u, i), part(r, i)) for k, (u, r) in snapshots.items()}, spatial
+
+
 def line_fields(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
     """A 1-D run's fields (``snapshots`` as for :func:`density`, on the line's points):
     u against x at four of the kept times (the reference dashed) and TENG − reference

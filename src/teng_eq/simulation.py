@@ -99,8 +99,9 @@ class FinalField:
     """A run's solution at its end, to evaluate anywhere: ``field(points)`` is û at
     ``points`` (n, dim) → (n,) (a global-in-time method's network at any ``t``, by default
     the horizon); ``field.on_grid(m)`` the points of the equation's evaluation grid (m per
-    dimension; default the run's ``eval_grid``) and û there. ``RunResult.field``, or a
-    saved run's (:func:`teng_eq.api.load_run`)."""
+    dimension; default the run's ``eval_grid``) and û there. A system's: every component,
+    (n, m) at spatial points (its grid's points once). ``RunResult.field``, or a saved
+    run's (:func:`teng_eq.api.load_run`)."""
 
     config: RunConfig
     network: eqx.Module
@@ -112,10 +113,15 @@ class FinalField:
         if not self.config.method.cls.sequential:  # a space-time network
             t = self.config.t_final if t is None else t
             points = jnp.concatenate([points, jnp.full((points.shape[0], 1), t)], axis=1)
+        if self.config.equation.components:
+            return np.asarray(eqx.filter_jit(lambda net, p: jax.vmap(net.vector)(p))(self.network, points))
         return np.asarray(eqx.filter_jit(lambda net, p: net(p))(self.network, points))
 
     def on_grid(self, m: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        points = np.asarray(self.config.equation.evaluation(m or self.config.eval_grid).points)
+        evaluation = self.config.equation.evaluation(m or self.config.eval_grid)
+        points = np.asarray(evaluation.points)
+        if evaluation.components:  # the spatial points: the first component's rows
+            points = points[: len(points) // len(evaluation.components), :-1]
         return points, self(points)
 
 
@@ -211,6 +217,11 @@ def result(state: driver.RunState, curve: Sequence[Row], curve_s: float, method:
     times, err_sq, ref_sq, u_sq, est = (np.array([getattr(r, key) for r in curve], np.float64)
                                         for key in ("t", "err_sq", "ref_sq", "u_sq", "est"))
     scalars = {"iterations_total": state.iterations}
+    for name, values in per_step.items():  # a system's: each component's last error, each invariant's worst drift
+        if name.startswith("rel_l2/"):
+            scalars[f"final_{name}"] = float(values[-1])
+        elif name.startswith("drift/"):
+            scalars[f"max_{name}"] = float(np.nanmax(values))
     if measured:
         scalars["frobenius_rel_l2"] = frobenius_relative_l2(err_sq, ref_sq)
     if state.estimate is not None:

@@ -85,6 +85,14 @@ class Equation(eqx.Module):
     #: function of points (coordinate first; NumPy or JAX) to u₀ there, ``f(x)``, or
     #: ``f(equation, x)`` to read the equation's fields (:meth:`u0`).
     initial_conditions: ClassVar[Mapping[str, Callable]]
+    #: A system's components by name (empty: one scalar field u); see
+    #: :class:`teng_eq.equations.system.PeriodicSystem`.
+    components: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def outputs(self) -> int:
+        """The network's outputs: one per component (1: a scalar equation)."""
+        return max(1, len(self.components))
 
     @classmethod
     def from_config(cls, group: Mapping, impl: str | None = None) -> Equation:
@@ -207,6 +215,10 @@ class Equation(eqx.Module):
         equation that has one (a manufactured solution, say): its reference."""
         raise NotImplementedError
 
+    def exact(self, x, t):
+        """:meth:`solution` at the quadratures' rows (a system's: ``(x, c)``)."""
+        return self.solution(x, t)
+
     def reference(self, times, *, cache_dir=None, n: int | None = None, dt: float | None = None):
         """Reference solution at ``times``; its ``values(k, m)`` are u(·, times[k]) at the
         points of :meth:`evaluation` (m). ``n``, ``dt``: the scheme's resolution where
@@ -294,16 +306,29 @@ def _checked(key: tuple[str, object], where: str, what: str, points: int, call: 
     as a check of :meth:`Equation.check_functions` on ``points`` points: its value, of
     shape ``(points,)`` (``()`` if ``scalar``; None allowed there), real, finite; else a
     one-line :class:`~teng_eq.errors.ConfigError` about ``key`` naming ``where``."""
+    out = called(key, where, what, points, call, args, traced)
+    if out is None and scalar:
+        return None
+    return checked_values(key, where, what, points, out, scalar)
+
+
+def called(key: tuple[str, object], where: str, what: str, points: int, call: Callable, args: tuple,
+           traced: bool = True):
+    """``call(*args)`` (under ``jax.jit`` if ``traced``), whatever it raises said in one line
+    (:func:`_checked`)."""
     try:
-        out = jax.jit(call)(*args) if traced else call(*args)
+        return jax.jit(call)(*args) if traced else call(*args)
     except NotImplementedError:
         raise bad(*key, f"{where} is not defined: {what}") from None
     except Exception as err:  # a user's code: whatever it raises, said in one line
         cause = (str(err).strip().splitlines() or [""])[0]
         how = "under jax.jit " if traced else ""
         raise bad(*key, f"{where} fails {how}on {points} points: {type(err).__name__}: {cause}") from None
-    if out is None and scalar:
-        return None
+
+
+def checked_values(key: tuple[str, object], where: str, what: str, points: int, out, scalar: bool = False):
+    """``out`` if it has shape ``(points,)`` (``()`` if ``scalar``) and is real and finite;
+    else a one-line :class:`~teng_eq.errors.ConfigError` (:func:`_checked`)."""
     shape, expected = jnp.shape(out), () if scalar else (points,)
     if shape != expected:
         raise bad(*key, f"{where} returns shape {shape} on {points} points, expected {expected}: {what}")
@@ -399,9 +424,14 @@ def derivatives(
 
 
 def operator(
-    equation: Equation, fn: Callable[[Array], Array], points: Float[Array, "n dim"], t=0.0
+    equation: Equation, fn: Callable[[Array], Array], points: Float[Array, "n dim"], t=0.0, vector=None
 ) -> Float[Array, " n"]:
-    """``L[fn]`` at every row of ``points`` at time t (autodiff in x: :class:`Field`)."""
+    """``L[fn]`` at every row of ``points`` at time t (autodiff in x: :class:`Field`); a
+    system's at its rows ``(x, c)``, component c of L there (``vector``: fn's every
+    component at spatial points at once, where known:
+    :meth:`~teng_eq.equations.system.PeriodicSystem.operator_rows`)."""
+    if equation.components:
+        return equation.operator_rows(fn, points, t, vector)
     return equation.operator(Field(fn, points), t)
 
 
@@ -409,4 +439,5 @@ def network_operator(equation: Equation, space, theta: Float[Array, " params"],
                      points: Float[Array, "n dim"], t=0.0) -> Float[Array, " n"]:
     """``L[û_θ]`` at ``points`` and time t, û_θ the network of ``space`` (a
     :class:`~teng_eq.model.ParamSpace`) at the flat parameters θ."""
-    return operator(equation, lambda p: space.apply(theta, p), points, t)
+    vector = (lambda p: space.vector(theta, p)) if equation.components else None
+    return operator(equation, lambda p: space.apply(theta, p), points, t, vector)

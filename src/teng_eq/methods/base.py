@@ -90,6 +90,9 @@ class Method(eqx.Module):
     class Options:
         """The method's own config keys (the rest of its yaml); none by default."""
 
+    #: Whether it runs systems (:class:`~teng_eq.equations.system.PeriodicSystem`).
+    systems: ClassVar[bool] = False
+
     #: The run's method steps (time steps, or a global-in-time method's blocks); None when
     #: the controller chooses them (not known until the run ends).
     n_steps: int | None = eqx.field(static=True)
@@ -216,7 +219,7 @@ class ThetaMethod(Method):
     def check_subsample(cls, key: str, value: int, options: ThetaOptions, problem: Problem) -> None:
         """``value`` parameters can be drawn: ``1 <= value <=`` the network's parameter count."""
         eq = problem.equation
-        n = parameter_count(options.network, eq.dim, eq.periods)
+        n = parameter_count(options.network, eq.dim, eq.periods, eq.outputs)
         if not 1 <= value <= n:
             raise bad(key, value, f"must be an integer in [1, {n}] (the parameter count)")
 
@@ -232,7 +235,7 @@ class ThetaMethod(Method):
         rows: d + 1 per point) or a step's (:meth:`step_jacobians`), float64."""
         eq = problem.equation
         rows = eq.point_count(options.grid)
-        n = parameter_count(options.network, eq.dim, eq.periods)
+        n = parameter_count(options.network, eq.dim, eq.periods, eq.outputs)
         shapes = {"θ₀'s fit (value+gradient)": (rows * (eq.dim + 1), min(options.fit.stage1_subsample, n)),
                   "θ₀'s fit (value)": (rows, min(options.fit.stage2_subsample, n)),
                   **{what: (rows, min(cols, n)) for what, cols in cls.step_jacobians(options, problem).items()}}
@@ -243,7 +246,7 @@ class ThetaMethod(Method):
     def network_template(cls, options: ThetaOptions, problem: Problem) -> TENGNet:
         eq = problem.equation
         init = resolve_init(options.network.init, eq, options.grid, options.fit.grid_for(options.grid))
-        return build_network(options.network, eq.dim, eq.periods, problem.seed, init)
+        return build_network(options.network, eq.dim, eq.periods, problem.seed, init, eq.outputs)
 
     @classmethod
     def build(cls, options: ThetaOptions, problem: Problem, *, cache_dir=None, log=None) -> ThetaMethod:
@@ -254,8 +257,10 @@ class ThetaMethod(Method):
         fit_grid = options.fit.grid_for(options.grid)
         # θ₀ depends on the grid it was fitted on, not on the run's: runs on different
         # grids share one θ₀ fitted on the same fit grid.
-        description = dict(**eq.fit_description(), network={**dataclasses.asdict(options.network),
-                                                             "init": net.init},
+        network = {**dataclasses.asdict(options.network), "init": net.init}
+        if not eq.components:  # a scalar's network is the same whatever a system's would be
+            network.pop("components")
+        description = dict(**eq.fit_description(), network=network,
                            grid=fit_grid, seed=problem.seed,
                            fit=dataclasses.asdict(dataclasses.replace(options.fit, grid=fit_grid)))
         _, key = jax.random.split(jax.random.PRNGKey(problem.seed))

@@ -22,6 +22,8 @@ class ImplicitTENG(TENG):
     """TENG with a diagonally implicit (``beuler``, ``cn``, ``sdirk2``, ``sdirk3``) or IMEX
     (``imex_euler``, ``ars222``) ``integrator`` (:data:`teng_eq.implicit.DIRK_TABLEAUS`)."""
 
+    systems = False  # its stages' function-space steps act on one field's Fourier grid
+
     @dataclasses.dataclass(frozen=True)
     class Options(TENG.Options):
         """TENG's settings (``stopping``: ``fixed`` or ``adaptive``; no ``local_error``) and

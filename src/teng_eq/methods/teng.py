@@ -79,6 +79,8 @@ class TENG(ThetaMethod):
                 raise bad(f"{prefix}.stopping.min_iters", self.stopping.min_iters,
                     f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
 
+    systems = True  # its fits and steps see a system's rows (x, c) as a scalar's
+
     advance: TENGStep
     holdout: Holdout = eqx.field(static=True)
     grid_shape: tuple[int, ...] | None = eqx.field(static=True, default=None)  # the fit's grid
@@ -95,9 +97,11 @@ class TENG(ThetaMethod):
     def stability_limit(cls, options: Options) -> float:
         return TABLEAUS[options.integrator].stability_limit
 
-    def defect(self, kind: str) -> Defect:
+    def defect(self, kind: str) -> Defect | None:
         """On the held-out points of the step (points no fit uses); the fit's grid bounds
-        the wave numbers the step must be stable on."""
+        the wave numbers the step must be stable on. None for a system (no estimate yet)."""
+        if self.advance.equation.components:
+            return None
         return Defect(self.space, self.advance.equation, self.advance.holdout, kind,
                       resolved=self.grid_shape)
 

@@ -24,7 +24,7 @@ class ClosedFormSolution:
         """u(·, t) at the points of ``equation.evaluation(m)``."""
         if m not in self._points:
             self._points[m] = np.asarray(self.equation.evaluation(m).points, np.float64).T
-        return np.asarray(self.equation.solution(self._points[m], float(t)), np.float64)
+        return np.asarray(self.equation.exact(self._points[m], float(t)), np.float64)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,224 @@
+"""Systems: ``∂ₜuᵢ = Lᵢ[u₁, …, u_m]``, m real fields on a periodic box.
+
+A system declares its :attr:`~teng_eq.equations.Equation.components` by name, e.g.
+``("u", "v")``; its initial conditions and its ``solution`` return one array per
+component, and its :meth:`operator` receives every component (a :class:`SystemField`:
+``u["v"].lap``, ``u[0].d(0, 1)``, …) and returns one array per component.
+
+The rest of the library sees a system as one scalar field of the point and the component
+index: its quadratures hold the points once per component, rows ``(x, c)``
+(:func:`~teng_eq.grid.for_components`), and the network gives component c at ``(x, c)``
+(:class:`~teng_eq.model.TENGNet` with one output per component). So a fit's residual,
+loss and least squares run over every component's rows at once (one Gram, one solve; the
+components weigh alike: the norm of the state is Σᵢ ‖uᵢ‖²), and the error ``rel_l2``
+is that of the whole state; the run also logs one per component (``rel_l2/u``, …).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from teng_eq.equations.base import Field, array_module, called, checked_values
+from teng_eq.equations.periodic import PeriodicBox
+from teng_eq.errors import bad
+from teng_eq.grid import Quadrature, for_components
+
+
+class Component:
+    """Component ``index`` of a :class:`SystemField`: what a :class:`Field` gives of a
+    scalar u (``value``, ``grad``, ``lap``, ``d(…)``, ``x``), read from the system's
+    derivatives, which are computed once for every component."""
+
+    def __init__(self, field: Field, index: int):
+        self._field, self.index = field, index
+
+    @property
+    def x(self) -> Float[Array, "dim n"]:
+        return self._field.x
+
+    @property
+    def value(self) -> Float[Array, " n"]:
+        return self._field.value[:, self.index]
+
+    @property
+    def grad(self) -> Float[Array, "dim n"]:
+        return self._field.grad[..., self.index]
+
+    @property
+    def lap(self) -> Float[Array, " n"]:
+        return self._field.lap[:, self.index]
+
+    def d(self, *axes: int) -> Float[Array, " n"]:
+        """``∂^k uᵢ / ∂x_{axes[0]} … ∂x_{axes[k-1]}`` (:meth:`Field.d`)."""
+        return self._field.d(*axes)[:, self.index]
+
+
+class SystemField(Mapping):
+    """Every component of a system at ``points`` (n, dim): ``u["v"]`` or ``u[1]`` is a
+    :class:`Component`; ``fn`` maps points to every component's values, (n, m)."""
+
+    def __init__(self, fn: Callable[[Array], Array], points: Float[Array, "n dim"], names: tuple[str, ...]):
+        self._field, self.names = Field(fn, points), tuple(names)
+
+    @property
+    def x(self) -> Float[Array, "dim n"]:
+        return self._field.x
+
+    def __getitem__(self, key) -> Component:
+        if isinstance(key, str):
+            if key not in self.names:
+                raise KeyError(f"u[{key!r}]: not a component of this system {self.names}")
+            key = self.names.index(key)
+        if not isinstance(key, (int, np.integer)) or not -len(self.names) <= key < len(self.names):
+            raise IndexError(f"u[{key!r}]: this system's components are {self.names} (0 to {len(self.names) - 1})")
+        return Component(self._field, int(key) % len(self.names))
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def select(values, index):
+    """Component ``index`` (a float per point, or one) of ``values`` (one array per
+    component), point by point; NumPy or JAX as ``index``."""
+    xp = array_module(index)
+    stacked = xp.stack([xp.broadcast_to(xp.asarray(v), xp.shape(index)) for v in values])
+    choose = xp.arange(len(values)).reshape((-1,) + (1,) * xp.ndim(index)) == index
+    return xp.sum(xp.where(choose, stacked, 0.0), axis=0)
+
+
+class PeriodicSystem(PeriodicBox):
+    """A system on the periodic box: ``components`` names, ``operator(u, t)`` on a
+    :class:`SystemField` returning one array per component, initial conditions (and the
+    optional ``solution(x, t)``) returning one array per component. ``invariants(u)``
+    (optional): the densities of quantities the equation conserves, by name, whose
+    integrals a run follows (each step logs ``drift/<name>``, the relative change since t = 0).
+    """
+
+    def operator(self, u: SystemField, t):
+        """``(L₁[u], …, L_m[u])`` at ``u``'s points: a system writes its own."""
+        raise NotImplementedError
+
+    def invariants(self, u: SystemField) -> dict[str, Float[Array, " n"]]:
+        """Densities of the conserved quantities ``{name: q(x)}`` (∫q dx conserved); none by default."""
+        return {}
+
+    @property
+    def conserves(self) -> bool:
+        """Whether the system declares invariants."""
+        return type(self).invariants is not PeriodicSystem.invariants
+
+    def integrals(self, vector: Callable[[Array], Array], m: int) -> dict[str, Float[Array, ""]]:
+        """``{name: ∫q dx}`` of :meth:`invariants` for the state whose every component at a
+        spatial point ``vector`` gives, by the ``m^d`` grid's trapezoid rule (spectrally
+        accurate for a smooth periodic density)."""
+        grid = self.spatial(m)
+        densities = self.invariants(self.fields(jax.vmap(vector), grid.points))
+        return {name: grid.weights * jnp.sum(q) for name, q in densities.items()}
+
+    def stiff(self, u, t):
+        raise NotImplementedError(f"{type(self).__name__} is a system: the IMEX steppers take scalar equations")
+
+    # --- the rows (x, c) -------------------------------------------------------------
+
+    def spatial(self, n: int) -> Quadrature:
+        """The box's ``n^d`` grid, each point once."""
+        return super().quadrature(n)
+
+    def quadrature(self, n: int) -> Quadrature:
+        return for_components(self.spatial(n), self.components)
+
+    def holdout(self, n: int, m: int) -> Quadrature:
+        return for_components(super().holdout(n, m), self.components)
+
+    def evaluation(self, m: int) -> Quadrature:
+        return self.quadrature(m)
+
+    def point_count(self, n: int) -> int:
+        return n**self.dim * len(self.components)
+
+    def initial_state(self, x):
+        """Every component of u₀ at the spatial points ``x`` (coordinate first)."""
+        return super().u0(x)
+
+    def u0(self, x):
+        """u₀ at rows ``(x, c)`` (coordinate first; the component index last)."""
+        return select(self.initial_state(x[:-1]), x[-1])
+
+    def exact(self, x, t):
+        return select(self.solution(x[:-1], t), x[-1])
+
+    def solution(self, x, t):
+        """Every component of the exact solution at spatial points ``x`` (coordinate
+        first) and time t, for a system that has one."""
+        raise NotImplementedError
+
+    def fields(self, fn: Callable[[Array], Array], points: Float[Array, "n dim"]) -> SystemField:
+        """The :class:`SystemField` of ``fn``, every component at spatial points, (n, m)."""
+        return SystemField(fn, points, self.components)
+
+    def operator_rows(self, fn, points: Float[Array, "n dim+1"], t, vector=None) -> Float[Array, " n"]:
+        """Component c of L at each row ``(x, c)`` of ``points``: the operator on every
+        component at the rows' x (``vector``: every component of fn at spatial points, or
+        built from ``fn`` on the rows ``(x, c)``, one pass per component)."""
+        x, index = points[:, :-1], points[:, -1]
+        if vector is None:
+            def vector(p):
+                column = jnp.ones((p.shape[0], 1), p.dtype)
+                return jnp.stack([fn(jnp.concatenate([p, c * column], axis=1)) for c in range(self.outputs)], 1)
+        return select(self.operator(self.fields(vector, x), t), index)
+
+    def check_functions(self, prefix: str, impl: str | None = None) -> None:
+        """The checks of :meth:`~teng_eq.equations.Equation.check_functions` for a system: u₀, ``solution``,
+        ``operator`` and ``invariants`` return one real, finite array of the points' shape
+        per component (``invariants``: per name), traced as a run runs them."""
+        impl = impl or f"{type(self).__module__}:{type(self).__qualname__}"
+        points = jnp.asarray(self.spatial(4).points)
+        n, x, names = points.shape[0], np.asarray(points).T, self.components
+        if len(set(names)) != len(names) or len(names) < 2 or not all(isinstance(v, str) and v for v in names):
+            raise bad(f"{prefix}.impl", impl, f"components must be two or more distinct names, not {names}")
+        ic = self.initial_conditions.get(self.initial_condition)
+        ic_name = f"{getattr(ic, '__module__', '?')}:{getattr(ic, '__qualname__', self.initial_condition)}"
+        ic_key = (f"{prefix}.initial_condition", self.initial_condition)
+        what = f"one array per component {names}"
+        u0 = self._per_component(ic_key, ic_name, what, n, self.initial_state, (x,), traced=False)
+        self._per_component(ic_key, ic_name, what, n, lambda p: self.initial_state(p.T), (points,))
+        key = (f"{prefix}.impl", impl)
+
+        def state(p):
+            return jnp.stack(self.initial_state(p.T), axis=1)
+
+        self._per_component(key, f"{impl}.operator", f"operator(u, t) on u₀ at t = 0, {what}", n,
+                            lambda p, t: self.operator(self.fields(state, p), t), (points, 0.0))
+        if self.conserves:
+            out = called(key, f"{impl}.invariants", "invariants(u): {name: density}", n,
+                         lambda p: self.invariants(self.fields(state, p)), (points,))
+            if not isinstance(out, Mapping) or not all(isinstance(k, str) for k in out):
+                raise bad(*key, f"{impl}.invariants returns {type(out).__name__}, expected a dict of name: density")
+            for name, density in out.items():
+                checked_values(key, f"{impl}.invariants[{name!r}]", "a density per point", n, density)
+        if type(self).solution is not PeriodicSystem.solution:
+            exact = self._per_component(key, f"{impl}.solution", f"solution(x, t), {what}", n, self.solution,
+                                        (x, 0.0), traced=False)
+            gap = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(exact, u0))
+            if gap > 1e-10 * max(1.0, max(float(np.max(np.abs(np.asarray(b)))) for b in u0)):
+                raise bad(*key, f"{impl}.solution(x, 0) differs from u₀ by up to {gap:.3g} on {n} points")
+
+    def _per_component(self, key, where: str, what: str, n: int, call, args, traced: bool = True):
+        out = called(key, where, what, n, call, args, traced)
+        names = self.components
+        count = len(out) if isinstance(out, (tuple, list)) else None
+        if count != len(names):
+            got = f"{count} arrays" if count is not None else f"one {type(out).__name__}"
+            raise bad(*key, f"{where} returns {got}, expected {len(names)}: {what}")
+        return [checked_values(key, f"{where}[{name!r}]", what, n, v) for name, v in zip(names, out)]
+
+
+__all__ = ["Component", "PeriodicSystem", "SystemField", "select"]

@@ -1,0 +1,148 @@
+"""Systems (vector-valued fields): the network with one output per component and its
+factored Jacobian, the operator on every component, the one-line checks of a user's system,
+and a wave-equation run measured against its exact standing waves (per-component errors,
+the energy's drift)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers.configs import CHEAP_FIT, make_config, make_equation
+
+from teng_eq.equations import network_operator
+from teng_eq.equations.base import array_module
+from teng_eq.equations.system import PeriodicSystem, select
+from teng_eq.equations.wave import STANDING2D
+from teng_eq.errors import ConfigError
+from teng_eq.model import SYSTEM_NETWORKS, NetworkConfig, ParamSpace, TENGNet, build_network
+
+
+@pytest.mark.parametrize("components", SYSTEM_NETWORKS)
+def test_factored_jacobian_of_a_system_network_is_autodiff(components):
+    """Row by row, the factored Jacobian is that of component c at x: one trunk's (its
+    output's cotangent one-hot) and one net per component's (net c's rows only)."""
+    options = NetworkConfig(features=3, width=5, depth=4, embedding_activation="tanh", init="paper",
+                            components=components)
+    net = build_network(options, 2, (2 * math.pi,) * 2, seed=0, outputs=3)
+    space = ParamSpace(net)
+    theta = space.flatten(net)
+    x = jax.random.uniform(jax.random.PRNGKey(1), (7, 2)) * 6
+    c = jnp.array([0.0, 1, 2, 0, 1, 2, 1])
+    rows = jnp.concatenate([x, c[:, None]], axis=1)
+    u, Gt, Ht = net.jacobian_factors_t(rows)
+    gcol, hcol = net.factor_columns()
+    np.testing.assert_allclose(u, space.vector(theta, x)[jnp.arange(7), c.astype(int)], atol=1e-15)
+    np.testing.assert_allclose((Gt[gcol] * Ht[hcol]).T, jax.jacfwd(lambda t: space.apply(t, rows))(theta),
+                               atol=1e-14)
+    # One trunk: a component more costs its output row (width + 1); a net per component, a net.
+    scalar = ParamSpace(build_network(options, 2, (2 * math.pi,) * 2, seed=0)).size
+    assert space.size == (scalar + 2 * (5 + 1) if components == "shared" else 3 * scalar)
+
+
+def test_wave_operator_on_rows_is_the_systems():
+    """L at rows (x, c): (v, c²Δu) of the exact standing waves, from the network's vector and
+    from the rows' scalar function alike; the quadrature holds every point once per component."""
+    eq = make_equation("wave", "equation.c=1.5")
+    quad = eq.quadrature(8)
+    assert quad.points.shape == (2 * 64, 3) and quad.components == ("u", "v")
+    rows = jnp.asarray(quad.points)
+    fn = jax.vmap(eq.u0)
+    got = eq.operator_rows(fn, rows, 0.0)
+    x = np.asarray(rows[:64, :2]).T
+    _, v = eq.solution(x, 0.0)
+    # Δu of u₀ = Σ A cos(k·x + φ), mode by mode.
+    lap = sum(-(k1**2 + k2**2) * a * np.cos(k1 * x[0] + k2 * x[1] + phi) for k1, k2, phi, a, _ in STANDING2D)
+    np.testing.assert_allclose(got, np.concatenate([v, 1.5**2 * lap]), atol=1e-12)
+    # The exact solution's time derivative is L of it.
+    h = 1e-4
+    du = (np.concatenate(eq.solution(x, h)) - np.concatenate(eq.solution(x, -h))) / (2 * h)
+    np.testing.assert_allclose(du, got, atol=1e-6)
+
+
+def test_select_picks_components_on_numpy_and_jax():
+    values = (np.arange(4.0), 10 + np.arange(4.0))
+    index = np.array([0.0, 1, 1, 0])
+    np.testing.assert_array_equal(select(values, index), [0, 11, 12, 3])
+    np.testing.assert_array_equal(select(tuple(map(jnp.asarray, values)), jnp.asarray(index)), [0, 11, 12, 3])
+
+
+def _waves(x):
+    xp = array_module(x)
+    return xp.sin(x[0]) + 0 * x[1], xp.cos(x[1]) + 0 * x[0]
+
+
+_WAVES = {"waves": _waves}
+
+
+class _Pair(PeriodicSystem):
+    dim = 2
+    components = ("a", "b")
+    initial_conditions = _WAVES
+
+    def operator(self, u, t):
+        return u["b"].value, -u["a"].value
+
+
+class _Three(_Pair):
+    def operator(self, u, t):
+        return u["b"].value, -u["a"].value, u["a"].lap
+
+
+class _Misnamed(_Pair):
+    def operator(self, u, t):
+        return u["c"].value, u["a"].value
+
+
+@pytest.mark.parametrize("cls, message", [
+    (_Three, "operator returns 3 arrays, expected 2"),
+    (_Misnamed, "KeyError: \"u['c']: not a component of this system ('a', 'b')\""),
+])
+def test_a_systems_mistakes_are_one_line(cls, message):
+    fields = {"name": "pair", "initial_condition": "waves", "lengths": (2 * math.pi,) * 2}
+    _Pair.from_config(fields)  # the parent passes: only the mistake fails
+    with pytest.raises(ConfigError) as err:
+        cls.from_config(fields)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_scalar_method_refuses_a_system():
+    with pytest.raises(ConfigError, match=r"method='tdvp_rk4': runs scalar equations, and wave is a system"):
+        make_config("equation=wave", "method=tdvp_rk4")
+
+
+def test_wave_run_against_standing_waves(tmp_path):
+    """Two TENG-RK4 steps of the wave system: the whole state's error is the root of the
+    components' squared errors, weighted by their norms; the energy's drift is logged; the
+    final field gives every component at spatial points."""
+    from teng_eq.simulation import run_simulation
+
+    cfg = make_config("equation=wave", "method=teng_rk4", "grid=32", "eval_grid=32", "t_final=0.02", "dt=0.01",
+                      "estimate=none", *CHEAP_FIT)
+    result = run_simulation(cfg, cache_dir=tmp_path)
+    per = {k: v for k, v in result.metrics.items() if "/" in k}
+    assert set(per) == {"rel_l2/u", "rel_l2/v", "drift/energy"}
+    u, v = per["rel_l2/u"][-1], per["rel_l2/v"][-1]
+    eq = cfg.equation
+    points, values = result.field.on_grid(32)
+    assert points.shape == (32 * 32, 2) and values.shape == (32 * 32, 2)
+    exact = np.stack(eq.solution(points.T, 0.02), axis=1)
+    su, sv = np.sum(exact**2, axis=0)
+    assert result.rel_l2[-1] == pytest.approx(math.sqrt((u**2 * su + v**2 * sv) / (su + sv)), rel=1e-9)
+    assert np.sqrt(np.sum((values - exact) ** 2) / np.sum(exact**2)) == pytest.approx(result.rel_l2[-1], rel=1e-9)
+    assert result.rel_l2[-1] < 1e-3 and 0 < per["drift/energy"][-1] < 1e-3
+    # The drift is the energy's: ∫ v² + c²|∇u|² of the network, against θ₀'s.
+    assert per["drift/energy"][0] > 0
+
+
+def test_network_operator_of_a_system_uses_every_component():
+    """network_operator: the vector pass and the per-row pass agree."""
+    eq = make_equation("wave")
+    net = TENGNet(dim=2, features=4, width=6, depth=4, outputs=2, init="paper", key=jax.random.PRNGKey(3))
+    space = ParamSpace(net)
+    theta = space.flatten(net)
+    rows = jnp.asarray(eq.holdout(8, 4).points)
+    a = network_operator(eq, space, theta, rows)
+    b = eq.operator_rows(lambda p: space.apply(theta, p), rows, 0.0)
+    np.testing.assert_allclose(a, b, atol=1e-13)
