@@ -303,6 +303,8 @@ def interpolate(values: Float[Array, " n"], shape: tuple[int, ...], periods, poi
 class _StiffPart:
     """An equation's ``stiff`` part S as an operator (for :func:`~teng_eq.equations.base.operator`)."""
 
+    components = ()  # a scalar equation's: the IMEX steps take no system
+
     def __init__(self, equation):
         self.equation = equation
 
