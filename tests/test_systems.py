@@ -14,7 +14,7 @@ from helpers.configs import CHEAP_FIT, make_config, make_equation
 from teng_eq.equations import network_operator
 from teng_eq.equations.base import array_module
 from teng_eq.equations.system import PeriodicSystem, select
-from teng_eq.equations.wave import STANDING2D
+from teng_eq.equations.wave import STANDING2D, Wave
 from teng_eq.errors import ConfigError
 from teng_eq.model import SYSTEM_NETWORKS, NetworkConfig, ParamSpace, TENGNet, build_network
 
@@ -146,3 +146,24 @@ def test_network_operator_of_a_system_uses_every_component():
     a = network_operator(eq, space, theta, rows)
     b = eq.operator_rows(lambda p: space.apply(theta, p), rows, 0.0)
     np.testing.assert_allclose(a, b, atol=1e-13)
+
+
+class _Weighted(Wave):
+    fit_weights = (4.0, 1.0)
+
+
+class _BadWeights(Wave):
+    fit_weights = (1.0,)
+
+
+def test_component_weights_weigh_the_fits_not_the_error():
+    """``fit_weights`` scale each component's rows in the fits' (and the held-out check's)
+    quadrature; the error norms weigh the components alike; a wrong count is one line."""
+    fields = {"name": "wave", "initial_condition": "standing2d", "c": 1.0, "lengths": (2 * math.pi,) * 2}
+    eq = _Weighted.from_config(fields)
+    cell = (2 * math.pi / 8) ** 2
+    np.testing.assert_allclose(eq.quadrature(8).weights, np.repeat([4 * cell, cell], 64), rtol=1e-15)
+    np.testing.assert_allclose(eq.holdout(8, 4).weights, np.repeat([4, 1], 16) * (2 * math.pi / 4) ** 2, rtol=1e-15)
+    assert eq.evaluation(8).weights == pytest.approx(cell, rel=1e-15)
+    with pytest.raises(ConfigError, match=r"fit_weights must be 2 numbers > 0, not \(1.0,\)"):
+        _BadWeights.from_config(fields)

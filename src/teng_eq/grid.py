@@ -34,14 +34,18 @@ class Quadrature(NamedTuple):
     components: tuple[str, ...] = ()
 
 
-def for_components(quadrature: Quadrature, components: tuple[str, ...]) -> Quadrature:
+def for_components(quadrature: Quadrature, components: tuple[str, ...], scales=None) -> Quadrature:
     """The quadrature of a system of ``components`` on the spatial ``quadrature``: its
     points ``(x, c)`` for c = 0 … m−1 in turn, its weights and boundary repeated, so that
-    ``Σₙ wₙ rₙ²`` over them is ``Σ_c ‖r_c‖²``, the norm of the whole state."""
+    ``Σₙ wₙ rₙ²`` over them is ``Σ_c ‖r_c‖²``, the norm of the whole state; ``scales``
+    (one per component, None: all 1) weigh component c's rows by ``scales[c]``, the norm
+    then ``Σ_c scales[c] ‖r_c‖²``."""
     m, points = len(components), jnp.asarray(quadrature.points)
     index = jnp.repeat(jnp.arange(m, dtype=points.dtype), points.shape[0])
     stacked = jnp.concatenate([jnp.tile(points, (m, 1)), index[:, None]], axis=1)
     weights = quadrature.weights if jnp.ndim(quadrature.weights) == 0 else jnp.tile(quadrature.weights, m)
+    if scales is not None:
+        weights = jnp.asarray(scales, points.dtype)[index.astype(int)] * weights
     boundary = None if quadrature.boundary is None else jnp.tile(quadrature.boundary, m)
     return Quadrature(stacked, weights, boundary, quadrature.grid_shape, tuple(components))
 

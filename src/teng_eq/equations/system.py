@@ -17,6 +17,7 @@ is that of the whole state; the run also logs one per component (``rel_l2/u``, �
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -102,6 +103,10 @@ class PeriodicSystem(PeriodicBox):
     integrals a run follows (each step logs ``drift/<name>``, the relative change since t = 0).
     """
 
+    #: Each component's weight in the fits' norm Σ_c w_c ‖u_c‖² (None: all 1), for components
+    #: of different scales.
+    fit_weights: ClassVar[tuple[float, ...] | None] = None
+
     def operator(self, u: SystemField, t):
         """``(L₁[u], …, L_m[u])`` at ``u``'s points: a system writes its own."""
         raise NotImplementedError
@@ -133,13 +138,15 @@ class PeriodicSystem(PeriodicBox):
         return super().quadrature(n)
 
     def quadrature(self, n: int) -> Quadrature:
-        return for_components(self.spatial(n), self.components)
+        """The fits' rows, each component's weighed by its :attr:`fit_weights`."""
+        return for_components(self.spatial(n), self.components, self.fit_weights)
 
     def holdout(self, n: int, m: int) -> Quadrature:
-        return for_components(super().holdout(n, m), self.components)
+        return for_components(super().holdout(n, m), self.components, self.fit_weights)
 
     def evaluation(self, m: int) -> Quadrature:
-        return self.quadrature(m)
+        """The error norms' rows: the components weigh alike (``rel_l2`` is the state's)."""
+        return for_components(self.spatial(m), self.components)
 
     def point_count(self, n: int) -> int:
         return n**self.dim * len(self.components)
@@ -184,6 +191,9 @@ class PeriodicSystem(PeriodicBox):
         n, x, names = points.shape[0], np.asarray(points).T, self.components
         if len(set(names)) != len(names) or len(names) < 2 or not all(isinstance(v, str) and v for v in names):
             raise bad(f"{prefix}.impl", impl, f"components must be two or more distinct names, not {names}")
+        weights = self.fit_weights
+        if weights is not None and (len(weights) != len(names) or not all(w > 0 for w in weights)):
+            raise bad(f"{prefix}.impl", impl, f"fit_weights must be {len(names)} numbers > 0, not {weights}")
         ic = self.initial_conditions.get(self.initial_condition)
         ic_name = f"{getattr(ic, '__module__', '?')}:{getattr(ic, '__qualname__', self.initial_condition)}"
         ic_key = (f"{prefix}.initial_condition", self.initial_condition)
