@@ -114,7 +114,7 @@ def _print_summary(df: pd.DataFrame, jobs: pd.DataFrame, out: Path, methods, equ
             trial = "" if pd.isna(best["trial"]) else f" trial {int(best['trial'])}"
             print(f"  {best['equation']}: cheapest with global_rel_l2 <= {target:g}: run {best['run_id']} "
                   f"({best['source']}{trial}), {best['global_rel_l2']:.3e} in {best['runtime_s']:.4g} s")
-    parts = [c for c in df.columns if c.startswith(("final_rel_l2/", "max_drift/"))]
+    parts = sorted(c for c in df.columns if c.startswith(("final_rel_l2/", "max_drift/")))
     if parts:
         print("systems, per component and invariant at the end:")
         for _, r in df.dropna(subset=parts, how="all").iterrows():
