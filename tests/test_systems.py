@@ -3,6 +3,7 @@ factored Jacobian, the operator on every component, the one-line checks of a use
 and a wave-equation run measured against its exact standing waves (per-component errors,
 the energy's drift)."""
 
+import functools
 import math
 
 import jax
@@ -180,3 +181,23 @@ def test_the_wave_preset_reaches_its_documented_error(tmp_path):
     assert result.rel_l2[-1] < 3e-4 and result.global_rel_l2 < 1.5e-4
     assert result.metrics["rel_l2/v"][-1] > result.metrics["rel_l2/u"][-1]
     assert np.nanmax(result.metrics["drift/energy"]) < 2e-5
+
+
+def test_the_energy_form_is_the_same_waves():
+    """``wave_energy``: (p, q) = (v, c∇u) of ``wave``'s exact solution, whose time derivative is
+    the energy form's operator, and whose L² norm (the energy) is constant."""
+    wave, energy = make_equation("wave", "equation.c=1.5"), make_equation("wave_energy", "equation.c=1.5")
+    x = np.asarray(energy.spatial(8).points).T
+    h = 1e-5
+    for t in (0.0, 0.3):
+        p, q1, q2 = energy.solution(x, t)
+        dx = [(wave.solution(x + h * e[:, None], t)[0] - wave.solution(x - h * e[:, None], t)[0]) / (2 * h)
+              for e in np.eye(2)]
+        np.testing.assert_allclose(p, wave.solution(x, t)[1], atol=1e-13)
+        np.testing.assert_allclose(np.stack([q1, q2]), 1.5 * np.stack(dx), atol=1e-8)
+        rows = jnp.asarray(energy.quadrature(8).points)
+        fn = jax.vmap(functools.partial(energy.exact, t=t))
+        du = (np.concatenate(energy.solution(x, t + h)) - np.concatenate(energy.solution(x, t - h))) / (2 * h)
+        np.testing.assert_allclose(energy.operator_rows(fn, rows, t), du, atol=1e-8)
+    energies = [sum(np.sum(c**2) for c in energy.solution(x, t)) for t in (0.0, 0.7)]
+    assert energies[1] == pytest.approx(energies[0], rel=1e-13)

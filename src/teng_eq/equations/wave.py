@@ -16,22 +16,38 @@ from teng_eq.errors import bad
 STANDING2D = ((1, 1, 0.0, 1.0, 0.0), (2, -1, math.pi / 3, 0.5, 0.5), (0, 3, 0.3, 0.0, 0.4))
 
 
+def _modes(c: float, t: float):
+    """``(k₁, k₂, φ, a_u, a_v)`` of each mode of :data:`STANDING2D` at time t: it oscillates
+    at ω = c|k|, its amplitude ``a_u = A cos ωt + (B/ω) sin ωt`` in u, ``a_v`` = its time
+    derivative in v."""
+    for k1, k2, phi, a, b in STANDING2D:
+        w = c * math.hypot(k1, k2)
+        yield k1, k2, phi, a * math.cos(w * t) + b * math.sin(w * t) / w, b * math.cos(w * t) - a * w * math.sin(w * t)
+
+
 def standing_waves(equation: Wave, x, t: float = 0.0):
-    """``(u, v)`` at points ``x`` (coordinate first) and time t: each mode of
-    :data:`STANDING2D` oscillates at ω = c|k|, its amplitude ``A cos ωt + (B/ω) sin ωt``
-    in u and its time derivative in v."""
+    """``(u, v)`` at points ``x`` (coordinate first) and time t (:func:`_modes`)."""
     xp = array_module(x)
     u = v = 0.0 * x[0]
-    for k1, k2, phi, a, b in STANDING2D:
-        w = equation.c * math.hypot(k1, k2)
+    for k1, k2, phi, a_u, a_v in _modes(equation.c, t):
         wave = xp.cos(k1 * x[0] + k2 * x[1] + phi)
-        u = u + (a * math.cos(w * t) + b * math.sin(w * t) / w) * wave
-        v = v + (b * math.cos(w * t) - a * w * math.sin(w * t)) * wave
+        u, v = u + a_u * wave, v + a_v * wave
     return u, v
 
 
-#: The wave equation's initial conditions (each x ↦ (u₀, v₀)).
+def standing_waves_energy_form(equation: WaveEnergyForm, x, t: float = 0.0):
+    """``(p, q₁, q₂) = (v, c∂₁u, c∂₂u)`` of :func:`standing_waves`."""
+    xp = array_module(x)
+    p = q1 = q2 = 0.0 * x[0]
+    for k1, k2, phi, a_u, a_v in _modes(equation.c, t):
+        arg = k1 * x[0] + k2 * x[1] + phi
+        p, q1, q2 = p + a_v * xp.cos(arg), q1 - equation.c * k1 * a_u * xp.sin(arg), q2 - equation.c * k2 * a_u * xp.sin(arg)
+    return p, q1, q2
+
+
+#: The wave equation's initial conditions (each x ↦ (u₀, v₀)), and in its energy form (x ↦ (p₀, q₀)).
 INITIAL_CONDITIONS = {"standing2d": standing_waves}
+ENERGY_FORM_CONDITIONS = {"standing2d": standing_waves_energy_form}
 
 
 class Wave(PeriodicSystem):
@@ -63,3 +79,22 @@ class Wave(PeriodicSystem):
     def invariants(self, u):
         grad = u["u"].grad
         return {"energy": u["v"].value ** 2 + self.c**2 * (grad[0] ** 2 + grad[1] ** 2)}
+
+
+class WaveEnergyForm(Wave):
+    """The same waves as the symmetric first-order system of ``p = ∂ₜu`` and ``q = c∇u``:
+    ``∂ₜp = c ∇·q``, ``∂ₜq = c ∇p``, whose L² norm ∫ p² + |q|² is the energy — the norm
+    the fits minimise is then the one the equation conserves (where :class:`Wave`'s L² fits
+    of (u, v) are not: the Systems guide). Reference: :func:`standing_waves_energy_form`."""
+
+    components = ("p", "q1", "q2")
+    initial_conditions = ENERGY_FORM_CONDITIONS
+
+    def operator(self, u, t):
+        return self.c * (u["q1"].d(0) + u["q2"].d(1)), self.c * u["p"].d(0), self.c * u["p"].d(1)
+
+    def solution(self, x, t):
+        return standing_waves_energy_form(self, x, t)
+
+    def invariants(self, u):
+        return {"energy": u["p"].value ** 2 + u["q1"].value ** 2 + u["q2"].value ** 2}
