@@ -118,10 +118,9 @@ class FinalField:
         return np.asarray(eqx.filter_jit(lambda net, p: net(p))(self.network, points))
 
     def on_grid(self, m: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        evaluation = self.config.equation.evaluation(m or self.config.eval_grid)
-        points = np.asarray(evaluation.points)
-        if evaluation.components:  # the spatial points: the first component's rows
-            points = points[: len(points) // len(evaluation.components), :-1]
+        equation, m = self.config.equation, m or self.config.eval_grid
+        # A system's grid: its points once (its quadratures' rows repeat them per component).
+        points = np.asarray((equation.spatial(m) if equation.components else equation.evaluation(m)).points)
         return points, self(points)
 
 
