@@ -143,7 +143,7 @@ class Equation(eqx.Module):
 
     def validate(self, prefix: str) -> None:
         """Value checks of :meth:`from_config` (extended by subclasses)."""
-        if not self.nu >= 0:
+        if not self.components and not self.nu >= 0:  # a system's: one per component (PeriodicSystem)
             raise bad(f"{prefix}.nu", self.nu, "must be a number >= 0")
         one_of(f"{prefix}.initial_condition", self.initial_condition, sorted(self.initial_conditions))
 

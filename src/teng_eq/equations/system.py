@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -101,15 +102,48 @@ class PeriodicSystem(PeriodicBox):
     optional ``solution(x, t)``) returning one array per component. ``invariants(u)``
     (optional): the densities of quantities the equation conserves, by name, whose
     integrals a run follows (each step logs ``drift/<name>``, the relative change since t = 0).
+
+    The short form, per component: ``Lᵢ[u] = νᵢ Δuᵢ + Nᵢ(u, ∇u)``, with ``nu`` one
+    diffusivity per component and :meth:`nonlinear` taking and returning one array per
+    component; the pseudo-spectral ETDRK4 reference
+    (:class:`~teng_eq.reference.etdrk4.Pseudospectral`) integrates the same N.
     """
+
+    #: One diffusivity νᵢ per component, for the short form (empty where ``operator`` is written out).
+    nu: tuple[float, ...] = eqx.field(static=True, default=(), kw_only=True)
 
     #: Each component's weight in the fits' norm Σ_c w_c ‖u_c‖² (None: all 1), for components
     #: of different scales.
     fit_weights: ClassVar[tuple[float, ...] | None] = None
 
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        names = self.components
+        if self.short_form and (len(self.nu) != len(names) or not all(v >= 0 for v in self.nu)):
+            raise bad(f"{prefix}.nu", list(self.nu), f"must be {len(names)} numbers >= 0, one per component {names}")
+
     def operator(self, u: SystemField, t):
-        """``(L₁[u], …, L_m[u])`` at ``u``'s points: a system writes its own."""
+        """``(L₁[u], …, L_m[u])`` at ``u``'s points: by default the short form
+        ``νᵢ Δuᵢ + Nᵢ(u, ∇u)``; a system of another form writes its own."""
+        components = [u[i] for i in range(len(self.components))]
+        rest = self.nonlinear([c.value for c in components], [c.grad for c in components])
+        return tuple(nu * c.lap + n for nu, c, n in zip(self.nu, components, rest))
+
+    def nonlinear(self, u, grad_u):
+        """``(N₁, …, N_m)`` of the short form from ``u`` (one array per component) and
+        ``grad_u`` (one per component, the spatial dimension first); arithmetic only, so
+        that it takes NumPy and JAX arrays alike."""
         raise NotImplementedError
+
+    def linear_symbol(self, k2):
+        """``−νᵢ|k|²`` per component, (m, …): the linear part the reference integrates exactly."""
+        return np.stack([-nu * np.asarray(k2) for nu in self.nu])
+
+    @property
+    def short_form(self) -> bool:
+        """Whether the system is in the short form (its ``nonlinear`` written, ``operator`` not)."""
+        return (type(self).nonlinear is not PeriodicSystem.nonlinear
+                and type(self).operator is PeriodicSystem.operator)
 
     def invariants(self, u: SystemField) -> dict[str, Float[Array, " n"]]:
         """Densities of the conserved quantities ``{name: q(x)}`` (∫q dx conserved); none by default."""
@@ -205,6 +239,10 @@ class PeriodicSystem(PeriodicBox):
         def state(p):
             return jnp.stack(self.initial_state(p.T), axis=1)
 
+        if self.short_form:  # as the reference runs it (NumPy arrays), before the operator built on it
+            zeros = [np.zeros((self.dim, n))] * len(names)
+            self._per_component(key, f"{impl}.nonlinear", f"nonlinear(u, grad_u) on NumPy arrays, {what}", n,
+                                self.nonlinear, ([np.asarray(v) for v in u0], zeros), traced=False)
         self._per_component(key, f"{impl}.operator", f"operator(u, t) on u₀ at t = 0, {what}", n,
                             lambda p, t: self.operator(self.fields(state, p), t), (points, 0.0))
         if self.conserves:

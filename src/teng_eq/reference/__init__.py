@@ -40,13 +40,15 @@ def reference_anytime(equation, t_final: float, *, cache_dir=None):
 def save_npz(path, equation, solution, m: int) -> Path:
     """Write ``t`` (n_t,), ``x`` (points, dim) and ``u``: the solution at every time at the
     points of ``equation.evaluation(m)``, shaped (n_t, m, …, m) on a grid
-    (``u[k, i, j] = u(x_i, y_j, t_k)``, ``x_i = L₁ i/m``) and (n_t, points) elsewhere;
-    returns the path."""
+    (``u[k, i, j] = u(x_i, y_j, t_k)``, ``x_i = L₁ i/m``; a system's with its components
+    after n_t) and (n_t, points) elsewhere; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     evaluation = equation.evaluation(m)
     points = np.asarray(evaluation.points)
     layout = evaluation.grid_shape or (points.shape[0],)
+    if evaluation.components:  # a system's: (n_t, components, m, …, m)
+        layout = (len(evaluation.components), *layout)
     u = np.empty((len(solution.times), *layout))
     for k in range(len(solution.times)):
         u[k] = solution.values(k, m).reshape(layout)

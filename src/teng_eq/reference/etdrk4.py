@@ -81,13 +81,17 @@ def _etdrk4_unique(z: np.ndarray, n_contour: int) -> tuple[np.ndarray, ...]:
 
 
 def _uses_gradient(equation) -> bool:
-    """Whether ``N(u, ∇u)`` depends on ∇u, probed at random points (N is pointwise).
+    """Whether ``N(u, ∇u)`` depends on ∇u, probed at random points (N is pointwise; a
+    system's N takes and returns one array per component).
 
     Allen–Cahn and heat do not; skipping their two derivative transforms halves the cost.
     """
     rng = np.random.default_rng(0)
-    u = rng.standard_normal(8)
-    g1, g2 = rng.standard_normal((2, equation.dim, 8))
+    m = len(equation.components)
+    u = rng.standard_normal((m, 8) if m else 8)
+    g1, g2 = rng.standard_normal((2, m, equation.dim, 8) if m else (2, equation.dim, 8))
+    if m:
+        u, g1, g2 = list(u), list(g1), list(g2)
     n1 = np.asarray(equation.nonlinear(u, g1), dtype=np.float64)
     n2 = np.asarray(equation.nonlinear(u, g2), dtype=np.float64)
     return not np.array_equal(n1, n2)
@@ -101,6 +105,10 @@ class _Pseudospectral:
     real). A degree-p polynomial in fields with |m| < n/2 has |m| < pn/2; evaluating it
     on K ≥ (p+1)n/2 points aliases only onto modes ≥ n/2, which are then discarded, so
     the kept modes are exact (the 3/2 rule for Burgers, 2 for the cubic Allen–Cahn term).
+
+    A system's spectrum has the component first, (m, n₁, …): each component goes to
+    the grid, ``equation.nonlinear`` takes and returns one array per component, and
+    ``linear_symbol`` gives one symbol per component, (m, n₁, …).
     """
 
     def __init__(self, equation, shape: tuple[int, ...], degree: int):
@@ -146,6 +154,8 @@ class _Pseudospectral:
         return out * math.prod(n / k for k, n in zip(self.pad, self.shape))
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
+        if v.ndim > len(self.shape):
+            return self._system(v)
         u = self._to_grid(v)
         if self.uses_gradient:
             grad_u = np.stack([self._to_grid(ik * v) for ik in self.ik])
@@ -153,6 +163,17 @@ class _Pseudospectral:
             grad_u = np.broadcast_to(0.0, (len(self.shape), *u.shape))
         nl = np.asarray(self.equation.nonlinear(u, grad_u), dtype=np.float64)
         return self._from_grid(np.broadcast_to(nl, u.shape).copy() if nl.shape != u.shape else nl)
+
+    def _system(self, v: np.ndarray) -> np.ndarray:
+        u = [self._to_grid(c) for c in v]
+        if self.uses_gradient:
+            grad_u = [np.stack([self._to_grid(ik * c) for ik in self.ik]) for c in v]
+        else:
+            grad_u = [np.broadcast_to(0.0, (len(self.shape), *u[0].shape))] * len(u)
+        nl = self.equation.nonlinear(u, grad_u)
+        # Copies: _from_grid transforms in place, and N may return one of the u's itself.
+        return np.stack([self._from_grid(np.array(np.broadcast_to(np.asarray(n, dtype=np.float64), u[0].shape)))
+                         for n in nl])
 
 
 def _step_sizes(times: np.ndarray, dt: float) -> list[tuple[float, int]]:
@@ -304,9 +325,9 @@ class ETDRK4Solution(FourierSolution):
         return self._weights[1]
 
 
-def spectrum_bytes(shape) -> int:
-    """Bytes of one complex128 rfftn spectrum of the ``shape`` grid."""
-    return 16 * math.prod(shape[:-1]) * (shape[-1] // 2 + 1)
+def spectrum_bytes(shape, components: int = 1) -> int:
+    """Bytes of one complex128 rfftn spectrum of the ``shape`` grid (of each of ``components``)."""
+    return 16 * components * math.prod(shape[:-1]) * (shape[-1] // 2 + 1)
 
 
 def solve(equation, times, shape: tuple[int, ...], dt: float, degree: int, memory: int) -> ETDRK4Solution:
@@ -317,9 +338,10 @@ def solve(equation, times, shape: tuple[int, ...], dt: float, degree: int, memor
         raise ValueError(f"modes must be even and ≥ 4, got {shape}")
     if not dt > 0:
         raise ValueError(f"dt must be > 0, got {dt}")
-    stride = max(1, math.ceil(len(times) * spectrum_bytes(shape) / memory))
+    m = len(equation.components)
+    stride = max(1, math.ceil(len(times) * spectrum_bytes(shape, max(m, 1)) / memory))
     n_keep = -(-len(times) // stride)
-    checkpoints = np.empty((n_keep, *shape[:-1], shape[-1] // 2 + 1), dtype=np.complex128)
+    checkpoints = np.empty((n_keep, *((m,) if m else ()), *shape[:-1], shape[-1] // 2 + 1), dtype=np.complex128)
     solution = ETDRK4Solution(equation, times, shape, dt, degree, stride, checkpoints)
     v = initial_spectrum(equation, shape) * solution.operator.keep
     for j in range(len(times)):

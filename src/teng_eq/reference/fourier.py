@@ -73,7 +73,8 @@ class FourierSolution:
         return self.shape[0]
 
     def at(self, k: int, m: int) -> np.ndarray:
-        """u(x, t_k) on the ``m^d`` grid ``x_i = L_d i / m``, shape (m, …, m).
+        """u(x, t_k) on the ``m^d`` grid ``x_i = L_d i / m``, shape (m, …, m) (a system's:
+        (components, m, …, m)).
 
         Exact values of the trigonometric interpolant, for any m (see
         :func:`_fold_matrix`); m equal to every n_d returns ``irfftn`` of the spectrum.
@@ -82,6 +83,8 @@ class FourierSolution:
 
     def _on_grid(self, coef: np.ndarray, m: int) -> np.ndarray:
         shape = self.shape
+        if coef.ndim > len(shape):  # a system's: one spectrum per component, component first
+            return np.stack([self._on_grid(c, m) for c in coef])
         if all(s == m for s in shape):
             return sfft.irfftn(coef, s=shape, workers=_WORKERS)
         # Through the full spectrum: irfftn first fixes the meaning of the
@@ -98,7 +101,7 @@ class FourierSolution:
 
     def values(self, k: int, m: int) -> np.ndarray:
         """u(·, t_k) at the points of the equation's ``evaluation(m)`` (the m^d grid in
-        'ij' order), flattened."""
+        'ij' order; a system's: each component's in turn), flattened."""
         return self.at(k, m).ravel()
 
     def values_at(self, t: float, m: int) -> np.ndarray:
@@ -164,10 +167,15 @@ def wavenumbers(shape, lengths) -> list[np.ndarray]:
 
 
 def initial_spectrum(equation, shape) -> np.ndarray:
-    """``rfftn`` of ``equation.u0`` sampled on the ``shape`` grid of its box."""
+    """``rfftn`` of ``equation.u0`` sampled on the ``shape`` grid of its box (a system's:
+    of each component, component first)."""
     axes = (grid_axes(n, [length])[0] for n, length in zip(shape, equation.lengths))
-    mesh = np.meshgrid(*axes, indexing="ij")
-    u0 = np.asarray(equation.u0(np.stack(mesh)), dtype=np.float64)
+    mesh = np.stack(np.meshgrid(*axes, indexing="ij"))
+    if equation.components:
+        u0 = np.stack([np.broadcast_to(np.asarray(c, dtype=np.float64), mesh.shape[1:])
+                       for c in equation.initial_state(mesh)])
+        return sfft.rfftn(u0, axes=tuple(range(1, u0.ndim)), workers=_WORKERS)
+    u0 = np.asarray(equation.u0(mesh), dtype=np.float64)
     return sfft.rfftn(u0, workers=_WORKERS)
 
 
