@@ -201,3 +201,17 @@ def test_the_energy_form_is_the_same_waves():
         np.testing.assert_allclose(energy.operator_rows(fn, rows, t), du, atol=1e-8)
     energies = [sum(np.sum(c**2) for c in energy.solution(x, t)) for t in (0.0, 0.7)]
     assert energies[1] == pytest.approx(energies[0], rel=1e-13)
+
+
+def test_the_exact_fourier_reference_of_a_linear_system_is_the_standing_waves():
+    """ExactFourier on a system: each mode carried by the matrix exponential of the wave's
+    symbol [[0, 1], [−c²|k|², 0]] (a Jordan block at k = 0) gives the standing waves."""
+    from teng_eq.reference import ExactFourier
+
+    eq = make_equation("wave", "equation.c=1.5")
+    sol = ExactFourier(n=16).solution(eq, np.array([0.0, 0.4, 1.3]))
+    x = np.asarray(eq.spatial(24).points).T
+    for k, t in enumerate((0.0, 0.4, 1.3)):
+        exact = np.concatenate(eq.solution(x, t))
+        np.testing.assert_allclose(sol.values(k, 24), exact, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(sol.values_at(0.7, 24), np.concatenate(eq.solution(x, 0.7)), rtol=0, atol=1e-13)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import equinox as eqx
+import numpy as np
 
 from teng_eq.equations.base import array_module
 from teng_eq.equations.system import PeriodicSystem
@@ -73,6 +74,11 @@ class Wave(PeriodicSystem):
     def operator(self, u, t):
         return u["v"].value, self.c**2 * u["u"].lap
 
+    def linear_symbol(self, k2):
+        """``[[0, 1], [−c²|k|², 0]]`` per wave vector (for :class:`~teng_eq.reference.ExactFourier`)."""
+        one, zero = np.ones(np.shape(k2)), np.zeros(np.shape(k2))
+        return np.stack([np.stack([zero, one]), np.stack([-self.c**2 * np.asarray(k2, dtype=np.float64), zero])])
+
     def solution(self, x, t):
         return standing_waves(self, x, t)
 
@@ -92,6 +98,9 @@ class WaveEnergyForm(Wave):
 
     def operator(self, u, t):
         return self.c * (u["q1"].d(0) + u["q2"].d(1)), self.c * u["p"].d(0), self.c * u["p"].d(1)
+
+    def linear_symbol(self, k2):
+        raise NotImplementedError("the energy form's symbol depends on the wave vector, not on |k|² alone")
 
     def solution(self, x, t):
         return standing_waves_energy_form(self, x, t)

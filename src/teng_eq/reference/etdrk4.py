@@ -1,5 +1,6 @@
 """Pseudo-spectral ETDRK4 reference for ``∂ₜu = ν Δu + N(u, ∇u)`` on a periodic box of any dimension
-(or another diagonal linear part: :meth:`~teng_eq.equations.Equation.linear_symbol`)
+(or another linear part, :meth:`~teng_eq.equations.Equation.linear_symbol`: diagonal, one per
+component of a system, or a matrix per wave vector where it couples them, :func:`coupled_coefficients`)
 (paper, App. "Details on Obtaining Reference Solutions"), in float64 NumPy, with memory
 bounded independently of the number of output times.
 
@@ -68,16 +69,32 @@ def etdrk4_coefficients(z: np.ndarray, n_contour: int = 64) -> tuple[np.ndarray,
 
 
 def _etdrk4_unique(z: np.ndarray, n_contour: int) -> tuple[np.ndarray, ...]:
+    """The weights at each z (real: real weights; complex: complex ones)."""
     radius = np.where(np.abs(z) < 2.0, 1.0 + np.abs(z), 1.0)
     r = np.exp(2j * math.pi * (np.arange(n_contour) + 0.5) / n_contour)
     w = z[..., None] + radius[..., None] * r
     ew = np.exp(w)
     w3 = w**3
-    q = np.mean((np.exp(w / 2) - 1.0) / w, axis=-1).real
-    f1 = np.mean((-4.0 - w + ew * (4.0 - 3.0 * w + w * w)) / w3, axis=-1).real
-    f2 = np.mean((2.0 + w + ew * (w - 2.0)) / w3, axis=-1).real
-    f3 = np.mean((-4.0 - 3.0 * w - w * w + ew * (4.0 - w)) / w3, axis=-1).real
+    part = (lambda v: v) if np.iscomplexobj(z) else (lambda v: v.real)
+    q = part(np.mean((np.exp(w / 2) - 1.0) / w, axis=-1))
+    f1 = part(np.mean((-4.0 - w + ew * (4.0 - 3.0 * w + w * w)) / w3, axis=-1))
+    f2 = part(np.mean((2.0 + w + ew * (w - 2.0)) / w3, axis=-1))
+    f3 = part(np.mean((-4.0 - 3.0 * w - w * w + ew * (4.0 - w)) / w3, axis=-1))
     return np.exp(z / 2), np.exp(z), q, f1, f2, f3
+
+
+def coupled_coefficients(symbol: np.ndarray, n_contour: int = 64) -> tuple[np.ndarray, ...]:
+    """The ETDRK4 weights of :func:`etdrk4_coefficients` for a linear part that couples
+    the components: ``symbol`` (…, m, m) holds hL̂ per wave vector, each diagonalisable
+    (``hL̂ = V Z V⁻¹``), and each weight is ``V φ(Z) V⁻¹`` (real: L̂ is real, its
+    eigenvalues conjugate in pairs). E.g. the Schrödinger equation's ±i|k|²/2 in the real
+    and imaginary parts."""
+    z, v = np.linalg.eig(symbol)
+    inverse = np.linalg.inv(v)
+    unique, index = np.unique(z.ravel(), return_inverse=True)
+    weights = _etdrk4_unique(unique.astype(np.complex128), n_contour)
+    return tuple(np.einsum("...ij,...j,...jk->...ik", v, w[index].reshape(z.shape), inverse).real
+                 for w in weights)
 
 
 def _uses_gradient(equation) -> bool:
@@ -126,6 +143,8 @@ class _Pseudospectral:
             self.keep = self.keep & (m < n / 2).reshape([-1 if a == axis else 1 for a in range(len(shape))])
         self.ik = [1j * k * self.keep for k in ks]
         self.lin = equation.linear_symbol(sum(k**2 for k in ks))
+        # A symbol per wave vector that couples the components: (m, m, n₁, …).
+        self.coupled = self.lin.ndim == len(shape) + 2
         self._buf = np.zeros((*self.pad[:-1], self.pad[-1] // 2 + 1), dtype=np.complex128)
         # The kept blocks: the low and the high (negative) modes along every axis but the
         # last (halved: low modes only), as (index in the n-spectrum, index in the K-one).
@@ -134,6 +153,25 @@ class _Pseudospectral:
                  for n, k, hd in zip(shape[:-1], self.pad[:-1], h[:-1])]
         self.blocks = [(tuple(b[0] for b in c) + (slice(0, h[-1]),), tuple(b[1] for b in c) + (slice(0, h[-1]),))
                        for c in itertools.product(*sides)]
+
+    def weights(self, h: float) -> tuple[np.ndarray, ...]:
+        """``(e^{hL̂/2}, e^{hL̂}, hQ, hf₁, hf₂, hf₃)`` of :func:`etdrk4_coefficients` (a
+        coupled symbol's: matrices, :func:`coupled_coefficients`), each applied by :meth:`apply`."""
+        if not self.coupled:
+            e2, e, q, f1, f2, f3 = etdrk4_coefficients(h * self.lin)
+            return e2, e, h * q, h * f1, h * f2, h * f3
+        m = self.lin.shape[0]
+        spectrum = self.lin.shape[2:]
+        symbol = np.moveaxis(h * self.lin, (0, 1), (-2, -1)).reshape(-1, m, m)
+        # L̂ takes few distinct values (|k|² is an integer multiple on a square): one eig each.
+        unique, inverse = np.unique(symbol, axis=0, return_inverse=True)
+        e2, e, q, f1, f2, f3 = (np.moveaxis(w[inverse.ravel()].reshape(*spectrum, m, m), (-2, -1), (0, 1))
+                                for w in coupled_coefficients(unique))
+        return e2, e, h * q, h * f1, h * f2, h * f3
+
+    def apply(self, w: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """A weight of :meth:`weights` applied to a spectrum (a coupled one: per wave vector)."""
+        return np.einsum("ij...,j...->i...", w, v) if self.coupled else w * v
 
     def _to_grid(self, v: np.ndarray) -> np.ndarray:
         """The K grid values of the n-mode spectrum ``v``."""
@@ -277,8 +315,7 @@ class ETDRK4Solution(FourierSolution):
         steps = math.ceil(delta / self.dt * (1 - 1e-12))
         h = delta / steps
         # Fresh weights, not the cached set of the plan's h (which the next spectrum() reuses).
-        e2, e, q, f1, f2, f3 = etdrk4_coefficients(h * self.operator.lin)
-        return self._steps(v, steps, (e2, e, h * q, h * f1, h * f2, h * f3))
+        return self._steps(v, steps, self.operator.weights(h))
 
     def _advance(self, v: np.ndarray, j: int) -> np.ndarray:
         """The spectrum at ``times[j]`` from the one at ``times[j−1]`` (t₋₁ = 0).
@@ -300,15 +337,16 @@ class ETDRK4Solution(FourierSolution):
         """``steps`` ETDRK4 steps from ``v`` with ``weights`` (:meth:`_weights_at`)."""
         nhat = self.operator
         e2, e, hq, hf1, hf2, hf3 = weights
+        w = nhat.apply
         for _ in range(steps):
             nv = nhat(v)
-            a = e2 * v + hq * nv
+            a = w(e2, v) + w(hq, nv)
             na = nhat(a)
-            b = e2 * v + hq * na
+            b = w(e2, v) + w(hq, na)
             nb = nhat(b)
-            c = e2 * a + hq * (2.0 * nb - nv)
+            c = w(e2, a) + w(hq, 2.0 * nb - nv)
             nc = nhat(c)
-            v = e * v + hf1 * nv + 2.0 * hf2 * (na + nb) + hf3 * nc
+            v = w(e, v) + w(hf1, nv) + w(2.0 * hf2, na + nb) + w(hf3, nc)
         return v
 
     @property
@@ -320,8 +358,7 @@ class ETDRK4Solution(FourierSolution):
     def _weights_at(self, h: float) -> tuple:
         # One set kept: a plan reuses one h over long runs of intervals.
         if self._weights is None or self._weights[0] != h:
-            e2, e, q, f1, f2, f3 = etdrk4_coefficients(h * self.operator.lin)
-            self._weights = (h, (e2, e, h * q, h * f1, h * f2, h * f3))
+            self._weights = (h, self.operator.weights(h))
         return self._weights[1]
 
 

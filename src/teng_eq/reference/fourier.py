@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 import scipy.fft as sfft
+import scipy.linalg
 
 from teng_eq.grid import grid_axes
 
@@ -153,6 +154,29 @@ class DecayingModes(FourierSolution):
         return np.exp(self.rates * t) * self.initial
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class CoupledModes(FourierSolution):
+    """``û(k, t) = e^{t L̂(k)} û(k, 0)``: a linear constant-coefficient system, its symbol
+    L̂(k) an (m, m) matrix per wave vector (a small matrix exponential each, at every t).
+    ``initial`` (m, n₁, …) the components' spectra; ``symbols`` (distinct, m, m) and
+    ``index`` (one per wave vector, flattened) the symbol of each. Memory: one spectrum."""
+
+    times: np.ndarray
+    initial: np.ndarray
+    symbols: np.ndarray
+    index: np.ndarray
+    lengths: tuple[float, ...]
+    shape: tuple[int, ...]
+
+    def spectrum(self, k: int) -> np.ndarray:
+        return self.spectrum_at(self.times[k])
+
+    def spectrum_at(self, t: float) -> np.ndarray:
+        m = self.initial.shape[0]
+        flow = scipy.linalg.expm(t * self.symbols)[self.index].reshape(*self.initial.shape[1:], m, m)
+        return np.einsum("...ij,j...->i...", flow, self.initial)
+
+
 def wavenumbers(shape, lengths) -> list[np.ndarray]:
     """``k_d = 2π m_d / L_d`` of the rfftn layout, one array per axis, broadcastable
     (the last axis holds m ≥ 0 only)."""
@@ -191,7 +215,8 @@ def drop_nyquist(coef: np.ndarray, shape) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class ExactFourier:
     """Reference scheme: exact decay of every Fourier mode of u₀, for ``∂ₜu = ν Δu`` on
-    a periodic box. ``n`` modes per axis by default (even); u₀ must be resolved by
+    a periodic box; for a linear constant-coefficient system, every mode's matrix
+    exponential of the system's ``linear_symbol`` (:class:`CoupledModes`). ``n`` modes per axis by default (even); u₀ must be resolved by
     them (its coefficients beyond n/2 negligible), which the equation's choice of
     ``n`` states.
 
@@ -209,11 +234,30 @@ class ExactFourier:
         if n % 2 or n < 2:
             raise ValueError(f"n must be even, got {n}")
         shape = (n,) * equation.dim
+        if equation.components:
+            return self._system(equation, times, shape)
         u0_hat = drop_nyquist(initial_spectrum(equation, shape), shape)
         rates = sum(k**2 for k in wavenumbers(shape, equation.lengths))
         return DecayingModes(times=times, initial=u0_hat, rates=-equation.nu * rates,
                              lengths=tuple(equation.lengths), shape=shape)
 
-    def anytime(self, equation, t_final: float, *, cache_dir=None) -> DecayingModes:
+    @staticmethod
+    def _system(equation, times, shape) -> CoupledModes:
+        """A system's: its ``linear_symbol`` one (m, m) matrix per wave vector (or one
+        diagonal entry per component), each mode carried by its matrix exponential."""
+        u0_hat = initial_spectrum(equation, shape)
+        for component in u0_hat:
+            drop_nyquist(component, shape)
+        m = u0_hat.shape[0]
+        symbol = np.asarray(equation.linear_symbol(sum(k**2 for k in wavenumbers(shape, equation.lengths))))
+        if symbol.ndim == len(shape) + 1:  # diagonal: one symbol per component
+            symbol = np.einsum("i...,ij->ij...", symbol, np.eye(m))
+        symbol = np.broadcast_to(symbol, (m, m, *u0_hat.shape[1:]))
+        flat = np.moveaxis(symbol, (0, 1), (-2, -1)).reshape(-1, m, m)
+        distinct, index = np.unique(flat, axis=0, return_inverse=True)
+        return CoupledModes(times=times, initial=u0_hat, symbols=distinct, index=index.ravel(),
+                            lengths=tuple(equation.lengths), shape=shape)
+
+    def anytime(self, equation, t_final: float, *, cache_dir=None) -> FourierSolution:
         """The exact solution, whose ``values_at(t, m)`` hold at every t."""
         return self.solution(equation, [0.0, t_final])
