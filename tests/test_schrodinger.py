@@ -5,6 +5,7 @@ convergent on the nonlinear one), its operator against complex arithmetic, and a
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import scipy.linalg
 from helpers.configs import CHEAP_FIT, make_config, make_equation
 from helpers.numerics import rel_l2, self_convergence
@@ -68,6 +69,7 @@ def test_the_operator_is_the_complex_equation():
     np.testing.assert_allclose(got, np.concatenate([dpsi.real, dpsi.imag]), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_a_linear_schrodinger_run_follows_its_plane_waves(tmp_path):
     """Five TENG-RK4 steps (Δt 0.002) of the linear equation against its exact solution: the
     error and the mass's and energy's drifts logged per step."""
