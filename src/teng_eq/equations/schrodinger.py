@@ -9,7 +9,7 @@ import equinox as eqx
 import numpy as np
 
 from teng_eq.equations.base import array_module
-from teng_eq.equations.system import PeriodicSystem
+from teng_eq.equations.system import PeriodicSystem, matrix_symbol
 from teng_eq.reference import ClosedForm
 from teng_eq.reference.etdrk4 import Pseudospectral
 
@@ -63,8 +63,8 @@ class Schrodinger(PeriodicSystem):
 
     def linear_symbol(self, k2):
         """``[[0, ½|k|²], [−½|k|², 0]]`` per wave vector: −½Δ im and ½Δ re in Fourier space."""
-        half, zero = 0.5 * np.asarray(k2, dtype=np.float64), np.zeros(np.shape(k2))
-        return np.stack([np.stack([zero, half]), np.stack([-half, zero])])
+        half = 0.5 * np.asarray(k2)
+        return matrix_symbol([[0.0, half], [-half, 0.0]], k2)
 
     def invariants(self, u):
         re, im = u["re"], u["im"]

@@ -97,6 +97,14 @@ def select(values, index):
     return xp.sum(xp.where(choose, stacked, 0.0), axis=0)
 
 
+def matrix_symbol(rows, k2) -> np.ndarray:
+    """A linear part's symbol, one (m, m) matrix per wave vector, (m, m, …) on |k|² = ``k2``,
+    from its entries by rows (numbers, or arrays of k2's shape)."""
+    shape = np.shape(k2)
+    return np.stack([np.stack([np.broadcast_to(np.asarray(e, dtype=np.float64), shape) for e in row])
+                     for row in rows])
+
+
 class PeriodicSystem(PeriodicBox):
     """A system on the periodic box: ``components`` names, ``operator(u, t)`` on a
     :class:`SystemField` returning one array per component, initial conditions (and the
@@ -274,4 +282,4 @@ class PeriodicSystem(PeriodicBox):
         return [checked_values(key, f"{where}[{name!r}]", what, n, v) for name, v in zip(names, out)]
 
 
-__all__ = ["Component", "PeriodicSystem", "SystemField", "select"]
+__all__ = ["Component", "PeriodicSystem", "SystemField", "matrix_symbol", "select"]

@@ -9,7 +9,7 @@ import equinox as eqx
 import numpy as np
 
 from teng_eq.equations.base import array_module
-from teng_eq.equations.system import PeriodicSystem
+from teng_eq.equations.system import PeriodicSystem, matrix_symbol
 from teng_eq.errors import bad
 
 #: The standing waves of ``standing2d``: ``(k₁, k₂, φ, A, B)`` per mode, u₀ = Σ A cos(k·x + φ),
@@ -76,8 +76,7 @@ class Wave(PeriodicSystem):
 
     def linear_symbol(self, k2):
         """``[[0, 1], [−c²|k|², 0]]`` per wave vector (for :class:`~teng_eq.reference.ExactFourier`)."""
-        one, zero = np.ones(np.shape(k2)), np.zeros(np.shape(k2))
-        return np.stack([np.stack([zero, one]), np.stack([-self.c**2 * np.asarray(k2, dtype=np.float64), zero])])
+        return matrix_symbol([[0.0, 1.0], [-self.c**2 * np.asarray(k2), 0.0]], k2)
 
     def solution(self, x, t):
         return standing_waves(self, x, t)

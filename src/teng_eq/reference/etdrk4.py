@@ -31,7 +31,13 @@ import scipy.fft as sfft
 
 from teng_eq.cache import array_digest, content_description, digest, load_arrays, store_or_warn
 from teng_eq.cache import cache_dir as cache_dir_of
-from teng_eq.reference.fourier import _WORKERS, FourierSolution, initial_spectrum, wavenumbers
+from teng_eq.reference.fourier import (
+    _WORKERS,
+    FourierSolution,
+    distinct_symbols,
+    initial_spectrum,
+    wavenumbers,
+)
 
 #: Bumped whenever the numerics, the key or the file layout change, so stale cache files are
 #: never read (v3: the key holds every field of the equation and u₀ on the solver's grid).
@@ -143,8 +149,9 @@ class _Pseudospectral:
             self.keep = self.keep & (m < n / 2).reshape([-1 if a == axis else 1 for a in range(len(shape))])
         self.ik = [1j * k * self.keep for k in ks]
         self.lin = equation.linear_symbol(sum(k**2 for k in ks))
-        # A symbol per wave vector that couples the components: (m, m, n₁, …).
+        # A symbol per wave vector that couples the components: (m, m, n₁, …), its distinct matrices.
         self.coupled = self.lin.ndim == len(shape) + 2
+        self.distinct, self.index = distinct_symbols(self.lin) if self.coupled else (None, None)
         self._buf = np.zeros((*self.pad[:-1], self.pad[-1] // 2 + 1), dtype=np.complex128)
         # The kept blocks: the low and the high (negative) modes along every axis but the
         # last (halved: low modes only), as (index in the n-spectrum, index in the K-one).
@@ -160,13 +167,9 @@ class _Pseudospectral:
         if not self.coupled:
             e2, e, q, f1, f2, f3 = etdrk4_coefficients(h * self.lin)
             return e2, e, h * q, h * f1, h * f2, h * f3
-        m = self.lin.shape[0]
-        spectrum = self.lin.shape[2:]
-        symbol = np.moveaxis(h * self.lin, (0, 1), (-2, -1)).reshape(-1, m, m)
-        # L̂ takes few distinct values (|k|² is an integer multiple on a square): one eig each.
-        unique, inverse = np.unique(symbol, axis=0, return_inverse=True)
-        e2, e, q, f1, f2, f3 = (np.moveaxis(w[inverse.ravel()].reshape(*spectrum, m, m), (-2, -1), (0, 1))
-                                for w in coupled_coefficients(unique))
+        m, spectrum = self.lin.shape[0], self.lin.shape[2:]
+        e2, e, q, f1, f2, f3 = (np.moveaxis(w[self.index].reshape(*spectrum, m, m), (-2, -1), (0, 1))
+                                for w in coupled_coefficients(h * self.distinct))
         return e2, e, h * q, h * f1, h * f2, h * f3
 
     def apply(self, w: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -177,6 +177,16 @@ class CoupledModes(FourierSolution):
         return np.einsum("...ij,j...->i...", flow, self.initial)
 
 
+def distinct_symbols(symbol: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A system's symbol (m, m, n₁, …), one matrix per wave vector, as its distinct
+    matrices (U, m, m) and the index of each wave vector's among them (flattened 'ij'):
+    |k|² takes few values, so a matrix function is computed once per value."""
+    m = symbol.shape[0]
+    distinct, index = np.unique(np.moveaxis(symbol, (0, 1), (-2, -1)).reshape(-1, m, m), axis=0,
+                                return_inverse=True)
+    return distinct, index.ravel()
+
+
 def wavenumbers(shape, lengths) -> list[np.ndarray]:
     """``k_d = 2π m_d / L_d`` of the rfftn layout, one array per axis, broadcastable
     (the last axis holds m ≥ 0 only)."""
@@ -252,10 +262,8 @@ class ExactFourier:
         symbol = np.asarray(equation.linear_symbol(sum(k**2 for k in wavenumbers(shape, equation.lengths))))
         if symbol.ndim == len(shape) + 1:  # diagonal: one symbol per component
             symbol = np.einsum("i...,ij->ij...", symbol, np.eye(m))
-        symbol = np.broadcast_to(symbol, (m, m, *u0_hat.shape[1:]))
-        flat = np.moveaxis(symbol, (0, 1), (-2, -1)).reshape(-1, m, m)
-        distinct, index = np.unique(flat, axis=0, return_inverse=True)
-        return CoupledModes(times=times, initial=u0_hat, symbols=distinct, index=index.ravel(),
+        distinct, index = distinct_symbols(symbol)
+        return CoupledModes(times=times, initial=u0_hat, symbols=distinct, index=index,
                             lengths=tuple(equation.lengths), shape=shape)
 
     def anytime(self, equation, t_final: float, *, cache_dir=None) -> FourierSolution:
