@@ -299,6 +299,10 @@ def advance(loop: Loop, state: RunState) -> RunState:
     n, key = state.n + 1, jax.random.fold_in(loop.key, state.n + 1)
     controller, iterations, seconds = state.controller, state.iterations, 0.0
     cap = stable_step(loop, state.estimate)
+    if math.isfinite(cap) and cap < loop.schedule.controller.dt_min:
+        raise Diverged(f"{loop.name}: at t={state.t:.6g} the stable step {cap:.3g} (the fastest mode the fit "
+                       f"resolves) is below controller.dt_min={loop.schedule.controller.dt_min:g}: an explicit "
+                       "step cannot follow it (take an implicit method, or TENG-RK4 on imaginary rates)", n, n - 1)
     while True:
         h, t = loop.schedule.propose(state, controller, cap)
         # The local error the try may expect: the last step's, scaled by (h / its Δt)^order.

@@ -26,7 +26,8 @@ step is damped in its own defect: a fit's error e that sits still through a step
 |hΛ| times — the implicit steps' Δt makes |hΛ| large). A constant-coefficient operator (heat, the
 biharmonic, advection–diffusion, an anisotropic diffusion) is then propagated exactly,
 damped modes damped; a variable part (Allen–Cahn's reaction, Burgers' advection, a
-variable diffusivity) by the explicit rule, on the modes the held-out grid resolves.
+variable diffusivity) by the explicit rule, on the modes the held-out grid resolves. A
+system's Λ(k) is an m × m matrix per wave vector (:class:`SystemTransport`).
 
 The other kinds bound instead: wherever L is one-sided Lipschitz in L² with constant μ
 (⟨L[v] − L[w], v − w⟩ ≤ μ‖v − w‖², declared by the equation as
@@ -78,6 +79,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 from jaxtyping import Array, Float, PyTree
 
 from teng_eq.equations import Equation, Field, derivatives, operator
@@ -94,7 +96,7 @@ class Fields(eqx.Module):
     of the short form reads them (else None); μ where it is measured (else None)."""
 
     u: Float[Array, " n"]
-    grad: Float[Array, "dim n"]
+    grad: Float[Array, "dim n"] | None  # None for a system (its transport reads the coefficients)
     lap: Float[Array, " n"] | None
     f: Float[Array, " n"]
     grad_f: Float[Array, "dim n"] | None
@@ -147,26 +149,24 @@ class Transport(eqx.Module):
         """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
         φ_α(p) = Π_i (p_i − p̄_i)^{α_i}/α_i! (p̄ = p held fixed): every derivative of φ_α at
         every point is 0 but ∂^α φ_α = 1, so the derivative along e_α is a_α itself."""
-        def monomial(q, a):
-            out = jnp.ones(q.shape[0], q.dtype)
-            for i, power in enumerate(a):
-                for j in range(power):
-                    out = out * q[:, i] / (j + 1)
-            return out
-
         def lin(e):
             def fn(p):
                 q = p - jax.lax.stop_gradient(p)
-                return u_fn(p) + sum(e[j] * monomial(q, a) for j, a in enumerate(self.alphas))
+                return u_fn(p) + sum(e[j] * _monomial(q, a) for j, a in enumerate(self.alphas))
             return equation.operator(Field(fn, points), t)
 
         return jax.jacfwd(lin)(jnp.zeros(len(self.alphas), points.dtype)).T
 
     def symbol(self, a: Float[Array, "alphas n"]):
-        """Λ(k) = Σ_α ⟨a_α⟩ (ik)^α on the grid's wave numbers, and the rest a_α − ⟨a_α⟩."""
+        """Λ(k) = Σ_α ⟨a_α⟩ (ik)^α on the grid's wave numbers, and the rest a_α − ⟨a_α⟩
+        (a system's: the leading axes (m, m) carried through)."""
         xp = jnp if isinstance(a, jax.Array) else np
-        mean = xp.mean(a, axis=1)
-        return mean @ self.symbols, a - mean[:, None]
+        mean = xp.mean(a, axis=-1)
+        return mean @ self.symbols, a - mean[..., None]
+
+    def growth(self, a: Float[Array, "alphas n"]) -> Float[Array, ""]:
+        """The fastest rate at which Λ grows a mode, max Re Λ(k): what ``growth_rate`` logs."""
+        return jnp.max(self.symbol(a)[0].real)
 
     def apply(self, a: np.ndarray, v: np.ndarray) -> np.ndarray:
         """L′[û] v = Σ_α a_α ∂^α v on the grid (spectral derivatives of v), on the host."""
@@ -191,6 +191,91 @@ class Transport(eqx.Module):
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
 
 
+def _monomial(q, a):
+    """Π_i q_i^{a_i}/a_i! at each row of q."""
+    out = jnp.ones(q.shape[0], q.dtype)
+    for i, power in enumerate(a):
+        for j in range(power):
+            out = out * q[:, i] / (j + 1)
+    return out
+
+
+class SystemTransport(Transport):
+    """:class:`Transport` of a system's error e = (e₁, …, e_m) (on the rows ``(x, c)``,
+    component after component): L′[û] couples the components,
+
+        (L′[û] e)ᵢ = Σⱼ Σ_α a_{ijα}(x) ∂^α eⱼ,
+
+    so Λ(k) = Σ_α ⟨a_{ijα}⟩ (ik)^α is an m × m matrix per wave vector, and a step applies
+    e^{hΛ(k)} and φ₁(hΛ(k)) to each mode's m values: the top blocks of the exponential of
+    [[hΛ, I], [0, 0]] (exact where Λ(k) has no eigenbasis, e.g. the wave's k = 0). Where a
+    step must be stable, Λ's eigenvalues may be complex (the wave ±ic|k|, Schrödinger
+    ±i|k|²/2): ``region`` (the integrator's
+    :meth:`~teng_eq.integrators.ButcherTableau.equivalent_radius`) turns them into the
+    radius ρ of :meth:`Transport.radius` (without one, the largest −Re λ)."""
+
+    components: int = eqx.field(static=True)
+    region: Callable | None = eqx.field(static=True)
+
+    def __init__(self, periods, shape: tuple[int, ...], order: int, components: int,
+                 resolved: tuple[int, ...] | None = None, region: Callable | None = None):
+        super().__init__(periods, shape, order, resolved)
+        self.components, self.region = components, region
+
+    def coefficients(self, equation: Equation, vector: Callable, points, t) -> Float[Array, "m m alphas n"]:
+        """a_{ijα}(x) at the spatial points of the rows ``points`` (:meth:`Transport.coefficients`
+        per input component j; ``vector`` gives every component of û at spatial points)."""
+        m = self.components
+        x = points[: points.shape[0] // m, :-1]
+
+        def lin(e):  # e: (m, alphas), component j perturbed by Σ_α e_jα φ_α
+            def fn(p):
+                q = p - jax.lax.stop_gradient(p)
+                return vector(p) + jnp.stack([_monomial(q, a) for a in self.alphas], axis=1) @ e.T
+            return jnp.stack(equation.operator(equation.fields(fn, x), t))
+
+        return jnp.moveaxis(jax.jacfwd(lin)(jnp.zeros((m, len(self.alphas)), points.dtype)), 1, -1)
+
+    def rates(self, a) -> np.ndarray:
+        """The eigenvalues of Λ(k) (an (m, m) matrix each) on the resolved wave numbers."""
+        blocks = np.mean(np.asarray(a, np.float64), axis=-1) @ self.resolving
+        return np.linalg.eigvals(np.moveaxis(blocks, -1, 0)).ravel()
+
+    def radius(self, a) -> float:
+        rates = self.rates(a)
+        if self.region is None:
+            return max(0.0, float(np.max(-rates.real)))
+        return self.region(rates)
+
+    def growth(self, a) -> Float[Array, ""]:
+        """The largest logarithmic norm of Λ(k), max λ_max((Λ + Λᴴ)/2): the fastest rate at
+        which Λ grows the L² norm of a mode's m values."""
+        lam = jnp.moveaxis(self.symbol(a)[0], -1, 0)
+        return jnp.max(jnp.linalg.eigvalsh((lam + jnp.conj(jnp.swapaxes(lam, -1, -2))) / 2))
+
+    def _fft(self, v: np.ndarray) -> np.ndarray:
+        m = self.components
+        return np.fft.fftn(np.reshape(v, (m, *self.shape)), axes=tuple(range(1, 1 + len(self.shape)))).reshape(m, -1)
+
+    def _apply_hat(self, a: np.ndarray, v_hat: np.ndarray) -> np.ndarray:
+        axes = tuple(range(1, 1 + len(self.shape)))
+        d = np.stack([np.fft.ifftn(np.reshape(s * v_hat, (self.components, *self.shape)), axes=axes).real
+                      .reshape(self.components, -1) for s in self.symbols])  # ∂^α e_j: (alphas, m, n)
+        return np.einsum("ijan,ajn->in", np.asarray(a), d).ravel()
+
+    def propagate(self, e: np.ndarray, defect: np.ndarray, a: np.ndarray, h: float) -> np.ndarray:
+        m = self.components
+        lam, rest = self.symbol(np.asarray(a, np.float64))
+        block = np.zeros((lam.shape[-1], 2 * m, 2 * m), np.complex128)
+        block[:, :m, :m], block[:, :m, m:] = h * np.moveaxis(lam, -1, 0), np.eye(m)
+        top = scipy.linalg.expm(block)[:, :m]
+        e_hat = self._fft(e)
+        forcing = h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect)
+        new = (np.einsum("kij,jk->ik", top[..., :m], e_hat) + np.einsum("kij,jk->ik", top[..., m:], forcing))
+        axes = tuple(range(1, 1 + len(self.shape)))
+        return np.fft.ifftn(new.reshape(m, *self.shape), axes=axes).real.ravel()
+
+
 class Defect(eqx.Module):
     """The local terms of one accepted step ``θ₀ → θ₁`` of size ``dt`` from time t
     (module docstring), on the interior points of a held-out ``quadrature``, for the
@@ -207,6 +292,9 @@ class Defect(eqx.Module):
     carry μ measured there (``modes``: :func:`measured_growth_rate`'s basis); under
     ``transport`` (a periodic grid) the coefficients of L′[û] instead (:class:`Transport`),
     ``resolved`` the shape of the fit's grid (the wave numbers a step must be stable on).
+    A system always carries its :class:`SystemTransport` (its μ, under the other kinds, is the
+    largest logarithmic norm of Λ: a measured μ reads a scalar field); ``region``: the
+    integrator's stability region for its complex rates.
     """
 
     space: ParamSpace
@@ -219,7 +307,7 @@ class Defect(eqx.Module):
     short: bool = eqx.field(static=True)
 
     def __init__(self, space: ParamSpace, equation: Equation, quadrature: Quadrature, kind: str,
-                 resolved: tuple[int, ...] | None = None):
+                 resolved: tuple[int, ...] | None = None, region: Callable | None = None):
         self.space, self.equation = space, equation
         self.short = equation.autonomous and type(equation).operator is Equation.operator
         self.hermite = kind in ("transport", "hermite", "hermite_triangle") and (self.short or equation.order <= 2)
@@ -228,8 +316,10 @@ class Defect(eqx.Module):
             weights = jnp.where(quadrature.boundary, 0.0, weights)
         self.points, self.weights = jnp.asarray(quadrature.points), weights
         periodic = equation.periods is not None and quadrature.grid_shape is not None
-        self.transport = Transport(equation.periods, quadrature.grid_shape, equation.order, resolved) if (
-            kind == "transport" and periodic) else None
+        system = bool(equation.components)
+        self.transport = None if not (periodic and (kind == "transport" or system)) else SystemTransport(
+            equation.periods, quadrature.grid_shape, equation.order, len(equation.components), resolved, region
+        ) if system else Transport(equation.periods, quadrature.grid_shape, equation.order, resolved)
         declared = type(equation).growth_rate is not Equation.growth_rate
         self.modes = None if declared or self.transport else fourier_modes(equation.periods, len(self.points))
 
@@ -253,6 +343,11 @@ class Defect(eqx.Module):
     def fields(self, theta, t=0.0) -> Fields:
         """The :class:`Fields` of û_θ on the points at time t."""
         u_fn = self._u(theta)
+        if self.equation.components:
+            vector = lambda p: self.space.vector(theta, p)
+            a = self.transport.coefficients(self.equation, vector, self.points, t)
+            f = operator(self.equation, u_fn, self.points, t, vector)
+            return Fields(u_fn(self.points), None, None, f, None, None, None, a)
         mu = None if self.modes is None else measured_growth_rate(
             self.equation, u_fn, self.points, self.weights, t, self.modes)
         a = None if self.transport is None else self.transport.coefficients(self.equation, u_fn, self.points, t)
@@ -277,7 +372,7 @@ class Defect(eqx.Module):
         trapezoid = (end.u - start.u) - dt / 2 * (start.f + end.f)
         mu0, mu1 = start.mu, end.mu
         if self.transport is not None:  # the fastest rate of the diagonal part Λ over the step
-            mu0 = mu1 = jnp.max(self.transport.symbol((start.coefficients + end.coefficients) / 2)[0].real)
+            mu0 = mu1 = self.transport.growth((start.coefficients + end.coefficients) / 2)
         elif mu0 is None:
             mu0, mu1 = self.equation.growth_rate(start.u, start.grad), self.equation.growth_rate(end.u, end.grad)
         scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(end.u),
@@ -293,10 +388,10 @@ class Defect(eqx.Module):
             a, b = (self._u(th) for th in thetas)
 
             def p_half(q):
-                la, lb = (self.equation.operator(Field(fn, q), s) for fn, s in ((a, t), (b, t + dt)))
+                la, lb = (operator(self.equation, fn, q, s) for fn, s in ((a, t), (b, t + dt)))
                 return (a(q) + b(q)) / 2 + dt / 8 * (la - lb)
 
-            lp_half = self.equation.operator(Field(p_half, self.points), t + dt / 2)
+            lp_half = operator(self.equation, p_half, self.points, t + dt / 2)
         defect = (end.u - start.u) - dt / 6 * (start.f + 4 * lp_half + end.f)
         return {"defect": defect}, {**scalars, "defect_l2": self.norm(defect)}
 

@@ -40,6 +40,7 @@ level never read as a large ratio.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -67,6 +68,26 @@ def _order_conditions(A: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]
 
 #: How many of :func:`_order_conditions` a method of each order satisfies.
 _CONDITIONS = {0: 0, 1: 1, 2: 2, 3: 4, 4: 8}
+
+
+def _extents(poly: np.polynomial.Polynomial, directions) -> np.ndarray:
+    """The stability region's extent along the ray of each unit ``direction``: the last r
+    on a grid of step 10⁻³ in [0, 8] before |R(r d)| exceeds 1 (8 where it never does)."""
+    r = np.linspace(0.0, 8.0, 8001)
+    outside = np.abs(poly(np.asarray(directions)[:, None] * r)) > 1.0 + 1e-12
+    first = np.argmax(outside, axis=1)
+    return np.where(outside.any(axis=1), r[np.maximum(first - 1, 0)], 8.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _table(coefficients: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    angles = np.linspace(np.pi / 2, np.pi, 901)
+    return angles, _extents(np.polynomial.Polynomial(coefficients), np.exp(1j * angles))
+
+
+def _extent_table(poly: np.polynomial.Polynomial) -> tuple[np.ndarray, np.ndarray]:
+    """Angles from π/2 to π every 0.1° and the extents along them (:func:`_extents`), once per polynomial."""
+    return _table(tuple(float(c) for c in poly.coef))
 
 
 class ButcherTableau(eqx.Module):
@@ -144,11 +165,8 @@ class ButcherTableau(eqx.Module):
         return float(sum(w * (k[m] if len(k) > m else 0.0) for w, k in zip(self.b_error or (), kappa)))
 
     @property
-    def stability_limit(self) -> float:
-        """x of the stability interval [−x, 0] on the negative real axis: |R(z)| ≤ 1 there,
-        R(z) = 1 + Σ_{m≥1} z^m bᵀA^{m−1}𝟙 the method's stability polynomial (Euler, Heun 2,
-        Bogacki–Shampine 2.51, RK4 2.79). A step of Δt is stable on a mode that decays at
-        rate ρ where Δt ρ ≤ x: what ``dt: auto`` caps a step by on a stiff operator."""
+    def stability_polynomial(self) -> np.polynomial.Polynomial:
+        """R(z) = 1 + Σ_{m≥1} z^m bᵀA^{m−1}𝟙: a step multiplies a mode of y′ = λy by R(Δtλ)."""
         s = len(self.b)
         A = np.zeros((s, s))
         for j, row in enumerate(self.a):
@@ -157,10 +175,37 @@ class ButcherTableau(eqx.Module):
         for _ in range(s):
             powers.append(float(np.asarray(self.b) @ v))
             v = A @ v
-        poly = np.polynomial.Polynomial([1.0, *powers])
-        z = -np.linspace(0.0, 8.0, 8001)
-        outside = np.nonzero(np.abs(poly(z)) > 1.0 + 1e-12)[0]
-        return float(-z[outside[0] - 1]) if outside.size else 8.0
+        return np.polynomial.Polynomial([1.0, *powers])
+
+    @property
+    def stability_limit(self) -> float:
+        """x of the stability interval [−x, 0] on the negative real axis: |R(z)| ≤ 1 there
+        (:attr:`stability_polynomial`; Euler and Heun 2, Bogacki–Shampine 2.51, RK4 2.79).
+        A step of Δt is stable on a mode that decays at rate ρ where Δt ρ ≤ x: what
+        ``dt: auto`` caps a step by on a stiff operator."""
+        return float(_extents(self.stability_polynomial, np.array([-1.0]))[0])
+
+    def equivalent_radius(self, rates) -> float:
+        """ρ with ``Δt ρ ≤ x`` (:attr:`stability_limit`) exactly where every Δtλ, λ in
+        ``rates`` (complex), lies in the stability region |R| ≤ 1 along its ray from 0:
+        the largest |λ| x / r(arg λ), r(φ) the region's extent along the ray of angle φ
+        (tabulated every 0.1° of the left half-plane; between two angles the smaller).
+        On real negative rates, ρ = max |λ|, the scalar transport's radius. A rate in the
+        right half-plane (Re λ > 10⁻⁹|λ|) is the equation's own growth, no constraint;
+        one on the imaginary axis (waves, Schrödinger) is: there RK4 reaches 2.83,
+        Bogacki–Shampine 1.73, Heun 10⁻³ (|R(iy)|² = 1 + y⁴/4: it amplifies every
+        oscillation)."""
+        rates = np.ravel(np.asarray(rates, np.complex128))
+        size = np.abs(rates)
+        keep = (size > 0) & (rates.real <= 1e-9 * size)
+        if not keep.any():
+            return 0.0
+        angles, table = _extent_table(self.stability_polynomial)
+        phi = np.clip(np.abs(np.angle(rates[keep])), angles[0], angles[-1])  # |R(z̄)| = |R(z)|
+        j = np.clip(np.searchsorted(angles, phi), 1, len(angles) - 1)
+        extent = np.minimum(table[j - 1], table[j])
+        return float(np.max(np.where(extent > 0, size[keep] * self.stability_limit / np.maximum(extent, 1e-300),
+                                     np.inf)))
 
     @property
     def fsal(self) -> bool:
@@ -300,6 +345,11 @@ class TENGStep(eqx.Module):
     out of both (their target is the boundary value, not the PDE's). ``expected``:
     the step's expected local error, the stages' floor under the ``local_error``
     stopping policy (:mod:`teng_eq.stage`).
+
+    ``conserve`` (a system that declares invariants, ``method.conserve``): the step's θ is
+    then projected back onto the invariants of the step's start (:func:`project`), their
+    integrals by the trapezoid rule of the box's ``conserve``^d grid; it reports
+    ``invariant_gap``, the largest relative change the fits made before the projection.
     """
 
     tableau: ButcherTableau
@@ -315,6 +365,7 @@ class TENGStep(eqx.Module):
     warm_start: str = eqx.field(static=True, default="previous")
     warm_rate: float = eqx.field(static=True, default=0.9)
     moving: bool = eqx.field(static=True, default=False)
+    conserve: int | None = eqx.field(static=True, default=None)
 
     def moved(self, key: PRNGKeyArray) -> TENGStep:
         """This step on its points shifted by one uniform random vector U modulo the
@@ -395,9 +446,35 @@ class TENGStep(eqx.Module):
         k1 = network_operator(self.equation, space, theta_t, points, t)
         slopes, fitted = rk_slopes(self.tableau, dt, u_t, k1, slope, (theta_t, ()))
         target, (theta, logs) = fit(self.tableau.stages - 1, combine(u_t, dt, self.tableau.b, slopes), fitted)
-        loss = logs[-1].final_loss
+        loss, conserved = logs[-1].final_loss, {}
+        if self.conserve is not None:
+            def integrals(th):
+                values = self.equation.integrals(space.network(th).vector, self.conserve)
+                return jnp.stack([values[name] for name in sorted(values)])
+
+            start = integrals(theta_t)
+            conserved = {"invariant_gap": jnp.max(jnp.abs(integrals(theta) / start - 1.0))}
+            theta = project(integrals, theta, start)
         embedded = {} if self.tableau.b_error is None else self.embedded(theta, slopes, target, dt, t)
-        return theta, step_record(logs, loss, *held_out(space, theta, self.holdout, target[n:], loss), **embedded)
+        return theta, step_record(logs, loss, *held_out(space, theta, self.holdout, target[n:], loss),
+                                  **embedded, **conserved)
+
+
+def project(integrals: Callable, theta: Float[Array, " params"], values: Float[Array, " k"],
+            iterations: int = 2) -> Float[Array, " params"]:
+    """θ moved the least (in the Euclidean norm of the parameters) to where the invariants
+    ``integrals(θ)`` (k of them) take ``values``: the standard projection of geometric
+    integration (Hairer, Lubich & Wanner, *Geometric Numerical Integration*, IV.4), by
+    Newton's iteration on the Lagrange conditions linearised at the current θ,
+
+        θ ← θ − Jᵀ (J Jᵀ)⁻¹ (I(θ) − I₀),   J = ∂I/∂θ (k × params, reverse mode),
+
+    each iteration squaring the gap (two take 1e-7 to round-off). The change to û is
+    J_û Jᵀλ, the invariants' gradients smoothed by the network's tangent kernel."""
+    for _ in range(iterations):
+        jac = jax.jacrev(integrals)(theta)
+        theta = theta - jac.T @ jnp.linalg.solve(jac @ jac.T, integrals(theta) - values)
+    return theta
 
 
 def warm_start_point(warm_start: str, warm_rate: float, theta_t, previous, c, c_prev, dt, rate):

@@ -363,9 +363,7 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -
                     f"holdout.fail={result.holdout.fail:g}): the fits may overfit the quadrature nodes")
     if fit is not None and not fit.converged:
         warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
-    if result.estimate == "none" != run_cfg.estimate and run_cfg.equation.components:
-        print(f"note: {name}: estimate={run_cfg.estimate}: a system has no error estimate yet", file=sys.stderr)
-    elif result.estimate not in (run_cfg.estimate, "none"):
+    if result.estimate not in (run_cfg.estimate, "none"):
         why = ("needs a periodic box" if run_cfg.estimate == "transport" else
                f"needs derivatives of twice the operator's order ({2 * run_cfg.equation.order})")
         print(f"note: {name}: estimate={run_cfg.estimate} {why}: the run's estimate is {result.estimate}",

@@ -48,7 +48,8 @@ class TENG(ThetaMethod):
         names feed them): the ``integrator``, the iteration caps of a step's first
         stage and of the others, the parameters drawn on a step's first iteration and
         on the others, the least squares, the stopping policy, the held-out check and
-        where a stage's fit starts (``warm_start``, ``warm_rate``)."""
+        where a stage's fit starts (``warm_start``, ``warm_rate``); ``conserve``: project
+        each step onto the invariants a system declares (:func:`~teng_eq.integrators.project`)."""
 
         integrator: str
         iters: int
@@ -61,6 +62,7 @@ class TENG(ThetaMethod):
         holdout: Holdout
         warm_start: str
         warm_rate: float
+        conserve: bool = False
 
         def validate(self, prefix: str) -> None:
             ThetaOptions.validate(self, prefix)
@@ -99,16 +101,18 @@ class TENG(ThetaMethod):
 
     def defect(self, kind: str) -> Defect | None:
         """On the held-out points of the step (points no fit uses); the fit's grid bounds
-        the wave numbers the step must be stable on. None for a system (no estimate yet)."""
-        if self.advance.equation.components:
-            return None
+        the wave numbers the step must be stable on, the tableau's stability region where they
+        are complex (a system's)."""
         return Defect(self.space, self.advance.equation, self.advance.holdout, kind,
-                      resolved=self.grid_shape)
+                      resolved=self.grid_shape, region=self.advance.tableau.equivalent_radius)
 
     @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:
         for key in ("subsample_first", "subsample"):
             cls.check_subsample(f"method.{key}", getattr(options, key), options, problem)
+        if options.conserve and not getattr(problem.equation, "conserves", False):
+            raise bad("method.conserve", options.conserve,
+                      f"{problem.equation.name} declares no invariants to keep (a system's invariants(u))")
 
     @classmethod
     def step_jacobians(cls, options: Options, problem) -> dict[str, int]:
@@ -125,6 +129,7 @@ class TENG(ThetaMethod):
             holdout=eq.holdout(options.grid, eq.holdout_size(options.grid, options.holdout)),
             moving=eq.fresh,
             warm_start=options.warm_start, warm_rate=options.warm_rate,
+            conserve=options.grid if options.conserve else None,
         )
         return {"advance": advance, "holdout": options.holdout, "grid_shape": quadrature.grid_shape}
 
