@@ -62,7 +62,7 @@ class TENG(ThetaMethod):
         holdout: Holdout
         warm_start: str
         warm_rate: float
-        conserve: bool = False
+        conserve: bool
 
         def validate(self, prefix: str) -> None:
             ThetaOptions.validate(self, prefix)
@@ -102,9 +102,10 @@ class TENG(ThetaMethod):
     def defect(self, kind: str) -> Defect | None:
         """On the held-out points of the step (points no fit uses); the fit's grid bounds
         the wave numbers the step must be stable on, the tableau's stability region where they
-        are complex (a system's)."""
-        return Defect(self.space, self.advance.equation, self.advance.holdout, kind,
-                      resolved=self.grid_shape, region=self.advance.tableau.equivalent_radius)
+        are complex (a system's, which only the explicit steps run)."""
+        eq = self.advance.equation
+        region = self.advance.tableau.equivalent_radius if eq.components else None
+        return Defect(self.space, eq, self.advance.holdout, kind, resolved=self.grid_shape, region=region)
 
     @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:
