@@ -84,7 +84,7 @@ def test_the_projection_keeps_mass_and_energy_with_the_least_change():
     theta = space.flatten(net)
 
     def integrals(th):
-        values = eq.integrals(space.network(th).vector, 16)
+        values = eq.integrals(space.network(th).vector, 8)
         return jnp.stack([values[name] for name in sorted(values)])
 
     start = integrals(theta)

@@ -140,6 +140,7 @@ def test_wave_run_against_standing_waves(cache_dir):
     assert per["drift/energy"][0] > 0
 
 
+@pytest.mark.slow
 def test_heun_cannot_follow_the_waves_oscillations_under_dt_auto(cache_dir):
     """TENG-Heun's stability region holds 10⁻³ of the imaginary axis: on the wave's rates up
     to c·16 (32² fit points) its stable step is ~6e-5, and with ``dt_min`` above it the run
