@@ -105,7 +105,7 @@ def test_conserve_needs_an_equation_with_invariants():
 def test_a_linear_schrodinger_run_follows_its_plane_waves(tmp_path):
     """Five TENG-RK4 steps (Δt 0.002) of the linear equation against its exact solution,
     each projected onto the mass and energy of its start (``method.conserve``): the error,
-    the drifts (to round-off) and the fits' gap before the projection logged per step; the
+    the drifts (to the quadratures' difference) and the fits' gap before the projection logged per step; the
     estimate within README's band of the error (its held-out points, one per fit cell, sit
     where the fit is worst: the cell centres)."""
     from teng_eq.simulation import run_simulation
@@ -115,7 +115,9 @@ def test_a_linear_schrodinger_run_follows_its_plane_waves(tmp_path):
     result = run_simulation(cfg, cache_dir=tmp_path)
     assert {k for k in result.metrics if "/" in k} == {"rel_l2/re", "rel_l2/im", "drift/mass", "drift/energy"}
     assert result.rel_l2[-1] < 6e-6  # measured 3.0e-6 (θ₀ 2.7e-6: 32² fit points do not pin the waves between them)
-    assert max(result.metrics["drift/mass"].max(), result.metrics["drift/energy"].max()) < 1e-12
+    # Measured 3.7e-11 (mass), 4.1e-10 (energy): the projection integrates by the 32² fit grid's
+    # rule, the log by the 64² one, which sees the network between the nodes.
+    assert max(result.metrics["drift/mass"].max(), result.metrics["drift/energy"].max()) < 1e-9
     assert np.all(result.metrics["invariant_gap"] > 1e-12)
     ratio = result.est_rel_l2[1:] / result.rel_l2[1:]
     assert np.all((ratio > 0.8) & (ratio < 3)), ratio  # measured 1.42–1.57
