@@ -80,14 +80,11 @@ def _extents(poly: np.polynomial.Polynomial, directions) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def _table(coefficients: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+def _extent_table(coefficients: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Angles from π/2 to π every 0.1° and the extents along them (:func:`_extents`), once
+    per stability polynomial (its ``coefficients``)."""
     angles = np.linspace(np.pi / 2, np.pi, 901)
     return angles, _extents(np.polynomial.Polynomial(coefficients), np.exp(1j * angles))
-
-
-def _extent_table(poly: np.polynomial.Polynomial) -> tuple[np.ndarray, np.ndarray]:
-    """Angles from π/2 to π every 0.1° and the extents along them (:func:`_extents`), once per polynomial."""
-    return _table(tuple(float(c) for c in poly.coef))
 
 
 class ButcherTableau(eqx.Module):
@@ -200,7 +197,7 @@ class ButcherTableau(eqx.Module):
         keep = (size > 0) & (rates.real <= 1e-9 * size)
         if not keep.any():
             return 0.0
-        angles, table = _extent_table(self.stability_polynomial)
+        angles, table = _extent_table(tuple(float(c) for c in self.stability_polynomial.coef))
         phi = np.clip(np.abs(np.angle(rates[keep])), angles[0], angles[-1])  # |R(z̄)| = |R(z)|
         j = np.clip(np.searchsorted(angles, phi), 1, len(angles) - 1)
         extent = np.minimum(table[j - 1], table[j])
