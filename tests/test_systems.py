@@ -199,6 +199,32 @@ def test_the_wave_preset_reaches_its_documented_error(tmp_path):
     assert np.nanmax(result.metrics["drift/energy"]) < 2e-5
 
 
+def test_the_wave_to_t1_preset_is_its_documented_route():
+    """``experiment=wave_t1`` composes to the route the Systems guide measures: one network per
+    component, θ₀ on 64² with the longer stage 2, the paper's parameters drawn, TENG-RK4."""
+    run = make_config("experiment=wave_t1")
+    o = run.method.options
+    assert (run.equation.name, run.method.name, run.dt, run.t_final) == ("wave", "teng_rk4", 0.005, 1.0)
+    assert (o.grid, run.eval_grid, o.network.components) == (32, 64, "separate")
+    assert (o.subsample_first, o.subsample, o.iters, o.iters_later) == (1536, 1024, 12, 10)
+    assert (o.fit.grid, o.fit.stage2_subsample, o.fit.stage2_max_iters, o.fit.stage2_polish_iters) == (
+        64, 2048, 1000, 200)
+
+
+@pytest.mark.slow
+@pytest.mark.manual  # about 17 minutes on 2 cores, θ₀ included
+def test_the_wave_to_t1_preset_reaches_its_documented_error(tmp_path):
+    """``experiment=wave_t1``: the Systems guide's row (measured θ₀ 1.7e-7, 1.53e-5 at T = 1, global
+    1.08e-5, energy drift ≤ 4.7e-8; stable through t ≈ 0.63, where the shared trunk diverges)."""
+    from teng_eq.simulation import run_simulation
+
+    result = run_simulation(make_config("experiment=wave_t1", "estimate=none"), cache_dir=tmp_path)
+    assert result.times[-1] == pytest.approx(1.0)
+    assert result.rel_l2[0] < 3e-7
+    assert result.rel_l2[-1] < 3e-5 and result.global_rel_l2 < 2e-5
+    assert np.nanmax(result.metrics["drift/energy"]) < 1e-6
+
+
 def test_the_energy_form_is_the_same_waves():
     """``wave_energy``: (p, q) = (v, c∇u) of ``wave``'s exact solution, whose time derivative is
     the energy form's operator, and whose L² norm (the energy) is constant."""
