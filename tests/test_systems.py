@@ -113,6 +113,7 @@ def test_a_scalar_method_refuses_a_system():
         make_config("equation=wave", "method=tdvp_rk4")
 
 
+@pytest.mark.slow  # 55–100 s with its estimate: the default suite's margin
 def test_wave_run_against_standing_waves(cache_dir):
     """Two TENG-RK4 steps of the wave system: the whole state's error is the root of the
     components' squared errors, weighted by their norms; the energy's drift is logged; the
