@@ -130,7 +130,7 @@ def test_every_preset_composes(preset):
     cases = _groups("table1_case") if preset.startswith("table1") else [None]
     for case in cases:
         run = make_config(f"experiment={preset}", *([f"table1_case={case}"] if case else []))
-        assert run.t_final in (0.05, 0.2, 1.0, 4.0, 8.0)  # 0.2: the default problem's (experiment=frontier); 1.0: wave_t1
+        assert run.t_final in (0.05, 0.2, 1.0, 4.0, 8.0)  # 0.2: experiment=frontier; 1.0: wave_t1
 
 
 @pytest.fixture(scope="module")
