@@ -118,7 +118,7 @@ def test_damaged_reference_is_rebuilt(tmp_path, damage, caplog):
 def test_damaged_theta0_is_refitted(tmp_path, monkeypatch, damage, caplog):
     fits = []
 
-    def fit(net, u0, quadrature, *, key, fit, log=None):  # stands for the minutes-long fit
+    def fit(net, u0, quadrature, *, key, fit, log=None, move=None):  # stands for the minutes-long fit
         fits.append(1)
         return jnp.arange(5.0) * len(fits), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
                                                       converged=True, stage1_s=1.0, stage2_s=2.0,
@@ -145,7 +145,7 @@ def test_a_fit_above_its_tolerance_is_returned_but_not_cached(tmp_path, monkeypa
     """An unconverged θ₀ fit is used with a warning, never written: the next run fits again."""
     fits = []
 
-    def fit(net, u0, quadrature, *, key, fit, log=None):
+    def fit(net, u0, quadrature, *, key, fit, log=None, move=None):
         fits.append(1)
         return jnp.arange(5.0), FitReport(stage1_loss=1e-8, stage2_loss=1e-10, stage2_rel_loss=1e-10,
                                           converged=False, stage1_s=1.0, stage2_s=2.0,
@@ -171,7 +171,7 @@ def test_a_cache_that_cannot_be_written_costs_only_the_cache(tmp_path, monkeypat
     blocked.write_text("")  # every write under it fails (NotADirectoryError, an OSError)
     cache = blocked / "cache"
 
-    def fit(net, u0, quadrature, *, key, fit, log=None):
+    def fit(net, u0, quadrature, *, key, fit, log=None, move=None):
         return jnp.arange(5.0), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
                                           converged=True, stage1_s=1.0, stage2_s=2.0, stage2_damping=1e-8)
 

@@ -48,7 +48,7 @@ def fits(monkeypatch):
     """θ₀'s fit replaced by a stand-in that counts its calls (θ = call number · [0..4])."""
     calls = []
 
-    def fit(net, u0, quadrature, *, key, fit, log=None):
+    def fit(net, u0, quadrature, *, key, fit, log=None, move=None):
         calls.append(1)
         return jnp.arange(5.0) * len(calls), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
                                                        converged=True, stage1_s=1.0, stage2_s=2.0,

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 
 class Quadrature(NamedTuple):
@@ -56,6 +57,14 @@ def norm2(r: Float[Array, " n"], weights: float | Float[Array, " n"]) -> Float[A
     if jnp.ndim(weights) == 0:
         return weights * jnp.sum(r * r)
     return jnp.sum(weights * r * r)
+
+
+def rotated(points: Float[Array, "n dim"], key: PRNGKeyArray, periods) -> Float[Array, "n dim"]:
+    """``points`` shifted by one uniform random vector U modulo the ``periods``,
+    x ↦ (x + U) mod L (a Cranley–Patterson rotation): a randomised quasi-Monte Carlo set
+    when the points are a Sobol set, i.i.d. uniform ones when they are."""
+    periods = jnp.asarray(periods, points.dtype)
+    return jnp.mod(points + periods * jax.random.uniform(key, periods.shape, points.dtype), periods)
 
 
 def grid_axes(n: int, lengths, shift: float = 0.0) -> list[np.ndarray]:

@@ -17,7 +17,8 @@ stops improving; it has converged if it ended below ``stage2_tol·‖u₀‖²``
 
 Both run in jitted chunks of iterations (:func:`iterate_chunks`), stopping at a
 tolerance, an iteration cap, or after ``patience`` chunks that did not halve
-the loss.
+the loss. On a sampled box whose points are ``fresh``, stage 2 runs each chunk on
+the points moved afresh (:func:`fresh_points`), as the steps do.
 
 A fit that ends above ``stage2_tol`` is reported (a warning, and
 ``converged=False`` in its :class:`FitReport`) and is not cached, so that no later run
@@ -30,11 +31,13 @@ same θ₀ and none refits it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 import warnings
 from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -172,42 +175,61 @@ def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float
     return carry
 
 
-def levenberg_marquardt(residual: Callable[[Array], Array], jacobian: Callable[[Array, Array], Array],
-        theta: Float[Array, " params"], weight: float, *, key, subsample: int, tol: float, max_iters: int,
-        patience: int, chunk: int = CHUNK, log: Callable[[object], None] | None = None, label: str = "fit",
-        goal: float | None = None):
+def on_points(chunk_on: Callable, data, redraw: Callable[[], object] | None, restart: Callable) -> Callable:
+    """:func:`iterate_chunks`' ``run_chunk`` for a stage whose chunk ``chunk_on(data)``
+    runs on the fit's points ``data``: on ``data`` throughout (jitted once, the points
+    closed over), or, with ``redraw``, on new points ``redraw()`` before each chunk, the
+    carry first re-scored there by ``restart(carry, data)`` (:func:`fresh_points`)."""
+    if redraw is None:
+        return jax.jit(chunk_on(data))
+    run = eqx.filter_jit(lambda data, carry: chunk_on(data)(restart(carry, data)))
+    return lambda carry: run(redraw(), carry)
+
+
+def levenberg_marquardt(residual: Callable, jacobian: Callable, theta: Float[Array, " params"], weight: float,
+        *, key, subsample: int, tol: float, max_iters: int, patience: int, chunk: int = CHUNK,
+        log: Callable[[object], None] | None = None, label: str = "fit", goal: float | None = None,
+        data=None, redraw: Callable[[], object] | None = None):
     """Minimise ``w‖r(θ)‖²`` by damped Gauss–Newton on random parameter subsets S.
 
     Each iteration solves ``(J_SᵀJ_S + λ·tr(J_SᵀJ_S)/|S| · I) Δ = −J_Sᵀ r`` and keeps
     the step only if the loss drops (then λ ← λ/3, else λ ← 4λ): the natural
-    gradient of the paper's fit, made robust far from the optimum. Returns
-    ``(θ, loss)``.
+    gradient of the paper's fit, made robust far from the optimum. ``residual(θ, data)``
+    and ``jacobian(θ, S, data)`` see the fit's points through ``data``; with ``redraw``,
+    each chunk runs on new ones (:func:`on_points`). Returns ``(θ, loss)``.
     """
     n_params = theta.shape[0]
 
-    def loss(theta):
-        return norm2(residual(theta), weight)
+    def loss(theta, data):
+        return norm2(residual(theta, data), weight)
 
-    def iteration(_, carry):
-        theta, current, lam, key = carry
-        key, sub = jax.random.split(key)
-        subset = random_subset(sub, n_params, subsample)
-        r = residual(theta).reshape(-1)
-        J = jacobian(theta, subset)
-        gram = J.T @ J
-        A = gram + lam * jnp.trace(gram) / subsample * jnp.eye(subsample, dtype=gram.dtype)
-        step = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A), -J.T @ r)
-        trial = theta.at[subset].add(step)
-        new = loss(trial)
-        better = jnp.isfinite(new) & (new < current)
-        theta = jnp.where(better, trial, theta)
-        current = jnp.where(better, new, current)
-        lam = jnp.clip(jnp.where(better, lam / 3, lam * 4), 1e-15, 1e6)
-        return theta, current, lam, key
+    def chunk_on(data):
+        def iteration(_, carry):
+            theta, current, lam, key = carry
+            key, sub = jax.random.split(key)
+            subset = random_subset(sub, n_params, subsample)
+            r = residual(theta, data).reshape(-1)
+            J = jacobian(theta, subset, data)
+            gram = J.T @ J
+            A = gram + lam * jnp.trace(gram) / subsample * jnp.eye(subsample, dtype=gram.dtype)
+            step = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A), -J.T @ r)
+            trial = theta.at[subset].add(step)
+            new = loss(trial, data)
+            better = jnp.isfinite(new) & (new < current)
+            theta = jnp.where(better, trial, theta)
+            current = jnp.where(better, new, current)
+            lam = jnp.clip(jnp.where(better, lam / 3, lam * 4), 1e-15, 1e6)
+            return theta, current, lam, key
+
+        return lambda carry: jax.lax.fori_loop(0, chunk, iteration, carry)
+
+    def restart(carry, data):  # a step is kept if it lowers the loss on the chunk's own points
+        theta, _, lam, key = carry
+        return theta, loss(theta, data), lam, key
 
     carry = iterate_chunks(
-        jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, iteration, carry)),
-        (theta, loss(theta), jnp.asarray(1e-3), key), lambda carry: float(carry[1]), tol=tol,
+        on_points(chunk_on, data, redraw, restart),
+        (theta, loss(theta, data), jnp.asarray(1e-3), key), lambda carry: float(carry[1]), tol=tol,
         max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label,
         describe=lambda carry: f" lambda {float(carry[2]):.1e}", goal=goal,
     )
@@ -217,26 +239,37 @@ def levenberg_marquardt(residual: Callable[[Array], Array], jacobian: Callable[[
 def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Array, " n"], *, key,
         subsample: int, tol: float, max_iters: int, patience: int, chunk: int = CHUNK,
         log: Callable[[object], None] | None = None, label: str = "fit", goal: float | None = None,
-        give_up_if_stuck: bool = False):
+        give_up_if_stuck: bool = False, redraw: Callable[[], tuple] | None = None):
     """Plain TENG iterations (Gauss–Newton on subsets, the solver's damping) towards
     ``target``, keeping the best θ seen (:class:`~teng_eq.stage.BestSoFar`).
     Returns ``(θ, loss)``; with ``give_up_if_stuck``, stops after the first chunk if
-    no iterate of it was better than θ (then returns θ itself).
+    no iterate of it was better than θ (then returns θ itself). With ``redraw``, each
+    chunk runs on new points: ``redraw()`` gives ``(solver, target)`` there
+    (:func:`moved_solver`), and the best θ so far is re-scored on them.
 
     Near the optimum these steps are not monotone: a step can raise the loss and
     still lead on to a much lower one, where a monotone (Levenberg–Marquardt)
     search stalls. So every iterate is taken and the best one is returned.
     """
 
-    def body(_, carry):
+    def chunk_on(data):
+        solver, target = data
+
+        def body(_, carry):
+            theta, best, key = carry
+            key, sub = jax.random.split(key)
+            new_theta, before, _ = solver.iteration(theta, target, sub, subsample)
+            # ``before`` is the loss of ``theta``, the iterate this step started from.
+            return new_theta, best.update(theta, before), key
+
+        return lambda carry: jax.lax.fori_loop(0, chunk, body, carry)
+
+    def restart(carry, data):
         theta, best, key = carry
-        key, sub = jax.random.split(key)
-        new_theta, before, _ = solver.iteration(theta, target, sub, subsample)
-        # ``before`` is the loss of ``theta``, the iterate this step started from.
-        return new_theta, best.update(theta, before), key
+        return theta, BestSoFar(best.theta, data[0].loss(best.theta, data[1])), key
 
     carry = iterate_chunks(
-        jax.jit(lambda carry: jax.lax.fori_loop(0, chunk, body, carry)),
+        on_points(chunk_on, (solver, target), redraw, restart),
         (theta, BestSoFar(theta, jnp.asarray(jnp.inf)), key), lambda carry: float(carry[1].loss),
         tol=tol, max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label, goal=goal,
         give_up=(lambda carry: bool(jnp.all(carry[1].theta == theta))) if give_up_if_stuck else None,
@@ -321,9 +354,41 @@ def fit_key(description: dict) -> str:
 DAMPING_TRIES = 3
 
 
+def fresh_points(points: Float[Array, "n dim"], move: Callable, u0: Callable[[Array], Array],
+                 key) -> Callable:
+    """``draw()``: at each call the fit's ``points`` moved afresh, ``move(points, kᵢ)``
+    (:func:`~teng_eq.grid.rotated` on a sampled box), and u₀'s values there.
+
+    What the steps do with ``fresh`` points, for θ₀'s value stage: on a fixed sample of N
+    points a network of more parameters than N/2 fits the nodes far better than the space
+    between them, and every iteration fits the same values; moved each chunk, the points
+    are a new sample of the whole box, and the loss each chunk reports is an unbiased
+    estimate of the error everywhere."""
+    count, values = itertools.count(1), jax.jit(jax.vmap(u0))
+
+    def draw():
+        moved = move(points, jax.random.fold_in(key, next(count)))
+        return moved, values(moved)
+
+    return draw
+
+
+def moved_solver(solver: StageSolver, draw: Callable | None) -> Callable | None:
+    """``redraw`` for a stage of ``solver`` from :func:`fresh_points`' ``draw``: the solver
+    on each new set of points, with u₀'s values there; None without ``draw``."""
+    if draw is None:
+        return None
+
+    def redraw():
+        points, target = draw()
+        return eqx.tree_at(lambda s: s.points, solver, points), target
+
+    return redraw
+
+
 def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, " params"],
         target: Float[Array, " n"], fit: FitOptions, *, key, log: Callable[[object], None] | None = None,
-        goal: float | None = None):
+        goal: float | None = None, draw: Callable | None = None):
     """Stage 2's plain iterations (:func:`refine`) towards ``target`` at the least
     damping that makes progress: ``fit.damping`` first; where its first chunk of
     :data:`CHUNK` iterations leaves the loss where it started (the undamped steps
@@ -334,7 +399,8 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
     depends on the network's start (``init``) and the condition.
 
     Returns ``(θ, loss, damping used)``. Goes on while it improves (tol 0):
-    ``stage2_tol`` judges the result, it does not stop the fit half-way.
+    ``stage2_tol`` judges the result, it does not stop the fit half-way. With ``draw``
+    (:func:`fresh_points`), each chunk on new points.
     """
     damping = fit.damping
     sub = min(fit.stage2_subsample, space.size)
@@ -345,16 +411,21 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
         fitted, loss = refine(solver, theta, target, key=key, subsample=sub, tol=0.0,
                               max_iters=fit.stage2_max_iters, patience=fit.stage2_patience, log=log,
                               label=label, goal=goal,
-                              give_up_if_stuck=not last)
+                              give_up_if_stuck=not last, redraw=moved_solver(solver, draw))
         if last or not bool(jnp.all(fitted == theta)):
             return fitted, loss, damping
         damping *= 10
 
 
 def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
-        fit: FitOptions, log: Callable[[object], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
+        fit: FitOptions, log: Callable[[object], None] | None = None,
+        move: Callable | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """Two-stage fit of ``net`` to ``u0`` on ``quadrature`` (no cache); stage 2's least
-    squares are ``fit.solver`` and ``fit.damping``. Returns ``(θ₀, report)``."""
+    squares are ``fit.solver`` and ``fit.damping``. Returns ``(θ₀, report)``.
+
+    ``move(points, key)``: stage 2 (value) runs each chunk on the quadrature's points
+    moved by it (:func:`fresh_points`; the sampled box's ``fresh``); stage 1 keeps them,
+    its 1 + d rows a point pin the network between them."""
     space = ParamSpace(net)
     solver = StageSolver(space, quadrature, fit.solver, fit.damping)
     points = solver.points
@@ -367,12 +438,12 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     rows = value_gradient_rows(solver)
     sqrt_w = solver.scaled(jnp.ones(points.shape[0]))
 
-    def residual1(theta):
+    def residual1(theta, _data):
         net = space.network(theta)
         r = jax.vmap(lambda x: _value_and_gradient(net, x))(points) - target1
         return r if solver.sqrt_weights is None else r.reshape(-1) * jnp.repeat(sqrt_w, target1.shape[1])
 
-    def jacobian1(theta, subset):
+    def jacobian1(theta, subset, _data):
         J = rows(theta, subset)
         return J if solver.sqrt_weights is None else J * jnp.repeat(sqrt_w, target1.shape[1])[:, None]
 
@@ -384,15 +455,16 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
         label="θ₀ stage 1 (value+gradient)",
     )
     t1 = time.perf_counter()
+    draw = None if move is None else fresh_points(points, move, u0, jax.random.fold_in(key, 4))
     theta, loss2, damping = value_stage(space, quadrature, theta, target2, fit, key=k2, log=log,
-                                        goal=fit.stage2_tol * norm)
+                                        goal=fit.stage2_tol * norm, draw=draw)
     if fit.stage2_polish_iters > 0:
         theta, loss2 = levenberg_marquardt(
-            lambda th: solver.scaled(solver.values(th) - target2),
-            lambda th, subset: solver.scaled(solver.jacobian(th, subset)[1]).T,
+            lambda th, data: data[0].scaled(data[0].values(th) - data[1]),
+            lambda th, subset, data: data[0].scaled(data[0].jacobian(th, subset)[1]).T,
             theta, solver.weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
             patience=fit.polish_patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
-            goal=fit.stage2_tol * norm,
+            goal=fit.stage2_tol * norm, data=(solver, target2), redraw=moved_solver(solver, draw),
         )
     report = FitReport(stage1_loss=loss1, stage2_loss=loss2, stage2_rel_loss=loss2 / norm,
                        converged=bool(loss2 <= fit.stage2_tol * norm), stage1_s=t1 - t0,
@@ -408,8 +480,8 @@ def u0_digest(u0: Callable[[Array], Array], quadrature: Quadrature) -> str:
 
 
 def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
-        fit: FitOptions, description: dict, directory=None,
-        log: Callable[[object], None] | None = None) -> tuple[Float[Array, " params"], FitReport]:
+        fit: FitOptions, description: dict, directory=None, log: Callable[[object], None] | None = None,
+        move: Callable | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """:func:`initial_parameters`, cached under ``directory`` by ``description``
     (the equation, architecture, grid, seed, fit settings) and u₀'s values on
     ``quadrature`` (:func:`u0_digest`). Stored as a
@@ -429,7 +501,7 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
     if cached is not None:
         report = FitReport(**{**json.loads(str(cached["info"])), "cached": True})
         return jnp.asarray(cached["theta"]), report
-    theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log)
+    theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log, move=move)
     if not report.converged:
         warnings.warn(
             f"θ₀ fit ended above its tolerance: relative loss {report.stage2_rel_loss:.2e} > "

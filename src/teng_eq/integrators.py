@@ -53,7 +53,7 @@ from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
 from teng_eq.equations import Equation, network_operator
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature, norm2
+from teng_eq.grid import Quadrature, norm2, rotated
 from teng_eq.results import StepRecord, stack_rows
 from teng_eq.stage import StageSolver
 
@@ -365,20 +365,15 @@ class TENGStep(eqx.Module):
     conserve: int | None = eqx.field(static=True, default=None)
 
     def moved(self, key: PRNGKeyArray) -> TENGStep:
-        """This step on its points shifted by one uniform random vector U modulo the
-        periods, x ↦ (x + U) mod L (a Cranley–Patterson rotation; the held-out points by
-        another): fresh points each step (``moving``), a randomised quasi-Monte Carlo set
-        when the points are a Sobol set, so that no error hides between fixed nodes."""
-        periods = jnp.asarray(self.equation.periods, self.solver.points.dtype)
+        """This step on its points moved by one random shift modulo the periods
+        (:func:`~teng_eq.grid.rotated`; the held-out points by another): fresh points each
+        step (``moving``), so that no error hides between fixed nodes."""
+        periods = self.equation.periods
         fits, held = jax.random.split(key)
-
-        def shift(points, k):
-            return jnp.mod(points + periods * jax.random.uniform(k, periods.shape, points.dtype), periods)
-
-        out = eqx.tree_at(lambda s: s.solver.points, self, shift(self.solver.points, fits))
+        out = eqx.tree_at(lambda s: s.solver.points, self, rotated(self.solver.points, fits, periods))
         if self.holdout is None:
             return out
-        return eqx.tree_at(lambda s: s.holdout.points, out, shift(self.holdout.points, held))
+        return eqx.tree_at(lambda s: s.holdout.points, out, rotated(self.holdout.points, held, periods))
 
     def fit_start(self, j: int, theta_t, previous, nodes, dt, rate):
         """Where fit j starts (class docstring, warm start; :func:`warm_start_point` at the

@@ -27,6 +27,7 @@ vector θ of the sequential network, started from the shared fitted θ₀ (TENG,
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import equinox as eqx
@@ -35,7 +36,7 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from teng_eq.equations import Equation
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature
+from teng_eq.grid import Quadrature, rotated
 from teng_eq.initial_fit import FitOptions, FitReport, cached_initial_parameters, resolve_init
 from teng_eq.model import NetworkConfig, ParamSpace, TENGNet, build_network, parameter_count
 from teng_eq.results import StepRecord
@@ -263,9 +264,15 @@ class ThetaMethod(Method):
         description = dict(**eq.fit_description(), network=network,
                            grid=fit_grid, seed=problem.seed,
                            fit=dataclasses.asdict(dataclasses.replace(options.fit, grid=fit_grid)))
+        # Fresh points (a sampled box's ``fresh``) for θ₀'s value stage as for the steps.
+        move = None
+        if eq.sampled and eq.fresh:
+            description["fit_points"] = "moved each chunk"
+            move = functools.partial(rotated, periods=eq.periods)
         _, key = jax.random.split(jax.random.PRNGKey(problem.seed))
         theta0, report = cached_initial_parameters(net, eq.u0, eq.quadrature(fit_grid), key=key, fit=options.fit,
-                                                   description=description, directory=cache_dir, log=log)
+                                                   description=description, directory=cache_dir, log=log,
+                                                   move=move)
         space = ParamSpace(net)
         return cls(n_steps=problem.n_steps, space=space, theta0=theta0, report=report,
                    **cls.parts(options, problem, space, eq.quadrature(options.grid)))
