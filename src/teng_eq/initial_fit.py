@@ -360,10 +360,11 @@ def fresh_points(points: Float[Array, "n dim"], move: Callable, u0: Callable[[Ar
     (:func:`~teng_eq.grid.rotated` on a sampled box), and u₀'s values there.
 
     What the steps do with ``fresh`` points, for θ₀'s value stage: on a fixed sample of N
-    points a network of more parameters than N/2 fits the nodes far better than the space
-    between them, and every iteration fits the same values; moved each chunk, the points
-    are a new sample of the whole box, and the loss each chunk reports is an unbiased
-    estimate of the error everywhere."""
+    points a network of as many parameters fits the nodes better than the space between
+    them, every iteration fitting the same values (at d = 6, 16,384 points and 11,801
+    parameters: 3.6e-6 on the nodes, 1.8e-5 elsewhere); moved each chunk, the points are a
+    new sample of the whole box, and the loss at a chunk's start is an unbiased estimate of
+    the error everywhere (at its end a little below it: the chunk has fitted its points)."""
     count, values = itertools.count(1), jax.jit(jax.vmap(u0))
 
     def draw():
@@ -424,8 +425,8 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     squares are ``fit.solver`` and ``fit.damping``. Returns ``(θ₀, report)``.
 
     ``move(points, key)``: stage 2 (value) runs each chunk on the quadrature's points
-    moved by it (:func:`fresh_points`; the sampled box's ``fresh``); stage 1 keeps them,
-    its 1 + d rows a point pin the network between them."""
+    moved by it (:func:`fresh_points`; the sampled box's ``fresh``); stage 1 keeps them:
+    it only brings θ near u₀ for stage 2."""
     space = ParamSpace(net)
     solver = StageSolver(space, quadrature, fit.solver, fit.damping)
     points = solver.points
