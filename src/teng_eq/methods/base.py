@@ -266,7 +266,7 @@ class ThetaMethod(Method):
                            fit=dataclasses.asdict(dataclasses.replace(options.fit, grid=fit_grid)))
         # Fresh points (a sampled box's ``fresh``) for θ₀'s value stage as for the steps.
         move = None
-        if eq.sampled and eq.fresh:
+        if eq.fresh:
             description["fit_points"] = "moved each chunk"
             move = functools.partial(rotated, periods=eq.periods)
         _, key = jax.random.split(jax.random.PRNGKey(problem.seed))
