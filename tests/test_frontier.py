@@ -3,7 +3,7 @@
 (tests/helpers/fake_methods.py, a job in seconds), real signals. Each test compares the
 Optuna study with the MLflow store trial by trial: states, values, run ids.
 
-* a diverging trial is FAIL in the study and FAILED in MLflow, and the search goes
+* a diverging trial is PRUNED in the study and FAILED in MLflow, and the search goes
   on; a trial left asked but never launched is started when the search is run again;
 * Ctrl-C (SIGINT) in the middle of a trial, then the same command: the trial resumes
   its own run, no trial is lost or run twice, the study and MLflow agree;
@@ -69,7 +69,8 @@ def _trial_runs(tmp: Path) -> dict[int, object]:
 
 def _agree(study, runs: dict) -> None:
     """The study and MLflow hold the same trials: one run each, COMPLETE ⇔ FINISHED with
-    the run's (global_rel_l2, runtime_s) as values, FAIL ⇔ FAILED, each naming the other."""
+    the run's (global_rel_l2, runtime_s) as values, PRUNED or FAIL ⇔ FAILED (PRUNED where it
+    diverged or overfit), each naming the other."""
     trials = study.get_trials()
     assert sorted(runs) == [t.number for t in trials] == list(range(len(trials)))
     for t in trials:
@@ -80,7 +81,9 @@ def _agree(study, runs: dict) -> None:
             assert run.info.status == "FINISHED"
             assert t.values == [run.data.metrics["global_rel_l2"], run.data.metrics["runtime_s"]]
         else:
-            assert t.state == optuna.trial.TrialState.FAIL and run.info.status == "FAILED"
+            assert run.info.status == "FAILED"
+            broke_down = run.data.tags["failure_reason"].startswith(("Diverged:", "Overfit:"))
+            assert t.state == (optuna.trial.TrialState.PRUNED if broke_down else optuna.trial.TrialState.FAIL)
             assert t.user_attrs["failure_reason"] == run.data.tags["failure_reason"]
 
 
@@ -102,10 +105,11 @@ def _wait_for_steps(uri: str, proc: subprocess.Popen, trial: int, steps: int, de
 # --- 1. A trial that diverges; a trial asked but never launched -------------------------
 
 
-def test_a_diverging_trial_fails_in_both_and_the_search_goes_on(tmp_path):
+def test_a_diverging_trial_is_pruned_and_failed_and_the_search_goes_on(tmp_path):
     """Every Toy run here diverges at step 3 (+method.nan_at=3). Trial 0 was asked by
     an earlier search that stopped before launching it (made here with Optuna): the
-    search starts it; then trial 1. Both are FAIL and FAILED with the reason; the
+    search starts it; then trial 1. Both are PRUNED (so that TPE moves away from them)
+    and FAILED with the reason; the
     search's parent is FINISHED (failed trials are answers, not failures) and the
     command succeeds."""
     toy = [o.replace("+method.nan_at=0", "+method.nan_at=3") for o in TOY_TINY]
@@ -121,11 +125,11 @@ def test_a_diverging_trial_fails_in_both_and_the_search_goes_on(tmp_path):
     study = optuna.load_study(study_name=name, storage=storage)
     runs = _trial_runs(tmp_path)
     _agree(study, runs)
-    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.PRUNED] * 2
     assert study.trials[0].params == {"dt": "0.005"} or study.trials[0].params == {"dt": "0.008"}
     for run in runs.values():
         assert run.data.tags["failure_reason"].startswith("Diverged: teng_heun diverged at step 3 ")
-    assert f"study {name} ({storage}): 2 trials: 2 fail" in log
+    assert f"study {name} ({storage}): 2 trials: 2 pruned" in log
     (parent,) = [r for r in all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}") if r.data.tags["run_kind"] == "sweep"]
     assert parent.info.status == "FINISHED" and parent.data.tags["study"] == name
 
