@@ -86,7 +86,7 @@ def _groups(group: str) -> list[str]:
 
 
 #: The implicit TENG methods share one class and one check: two of them stand for all.
-_IMPLICIT_LEFT_OUT = ("teng_beuler", "teng_cn", "teng_sdirk3", "teng_imex_euler")
+_IMPLICIT_LEFT_OUT = ("teng_beuler", "teng_cn", "teng_sdirk3", "teng_sdirk4", "teng_imex_euler")
 
 
 @pytest.mark.parametrize("equation", _groups("equation"))

@@ -39,7 +39,7 @@ def test_a_tableau_of_the_wrong_order_or_not_a_stable_is_refused():
 
 
 @pytest.mark.parametrize("name, decay", [("beuler", 0.0), ("cn", 1.0), ("sdirk2", 0.0), ("sdirk3", 0.0),
-                                         ("imex_euler", 0.0), ("ars222", 0.0)])
+                                         ("sdirk4", 0.0), ("imex_euler", 0.0), ("ars222", 0.0)])
 def test_l_stable_tableaus_damp_the_stiffest_modes(name, decay):
     """|R(−∞)|: 0 for the L-stable schemes, 1 for Crank–Nicolson (stiff modes flip sign)."""
     assert DIRK_TABLEAUS[name].stiff_decay == pytest.approx(decay, abs=1e-6)  # at z = −10⁸
@@ -89,6 +89,26 @@ def test_kuramoto_sivashinsky_on_a_line_by_imex_steps_follows_its_reference(cach
     assert np.max(r.rel_l2) < 1e-4, r.rel_l2
 
 
+@pytest.mark.slow  # θ₀ of the 2-D example at CPU size, SDIRK4's five stages compiled: minutes
+def test_kuramoto_sivashinsky_in_2d_runs_implicitly_at_ten_times_a_step_that_breaks_rk4(cache_dir):
+    """The 2-D example at CPU size (a = 0.1, b = 0.01, 32² nodes, T = 1, ``damping=1e-4``):
+    TENG-RK4 diverges at Δt = 0.05 (its largest stable step lies between 1/27 and 1/26,
+    docs/guides/methods.md); TENG-SDIRK4 at 10× that step, Δt = 0.5, ends within 1e-3 of
+    the ETDRK4 reference (measured 4.2e-4)."""
+    base = [SEARCH, "equation=kuramoto_sivashinsky_etdrk4", "grid=32", "eval_grid=64", "t_final=1.0",
+            "damping=1e-4"]
+    try:
+        rk4 = run_simulation(make_config(*base, "method=teng_rk4", "dt=0.05"), cache_dir=cache_dir)
+        explicit = np.max(rk4.rel_l2)
+    except RunFailed:
+        explicit = np.inf
+    assert explicit > 1.0
+    cfg = make_config(*base, "method=teng_sdirk4", "dt=0.5", "method.newton=3")
+    r = run_simulation(cfg, cache_dir=cache_dir)
+    print("SDIRK4 rel_l2", r.rel_l2)
+    assert r.rel_l2[-1] <= 1e-3, r.rel_l2
+
+
 def test_the_examples_kuramoto_sivashinsky_reference_converges_to_1e_9():
     """The 2-D example's ETDRK4 reference (64² modes, Δt = 10⁻³) at T = 1: more modes or
     half the step change it by ≤ 1e-9 (measured 1e-13 and 7e-13)."""
@@ -96,12 +116,42 @@ def test_the_examples_kuramoto_sivashinsky_reference_converges_to_1e_9():
     assert d_modes <= 1e-9 and d_steps <= 1e-9, (d_modes, d_steps)
 
 
-def test_the_stiff_frontier_preset_passes_the_preflight_with_its_config_folder(tmp_path):
-    """``--config-dir examples/conf experiment=stiff_frontier``: every point the preflight
-    checks is composed with the user's folder on Hydra's search path (where the preset and
-    the biharmonic live): the longest axis's 9 values and the corner of last values."""
+def test_a_nonlinear_stages_newton_correction_solves_with_the_whole_linearised_operator():
+    """The chord Newton's correction δ = (I − hF′)⁻¹r for Kuramoto–Sivashinsky's F′ =
+    −aΔ − bΔ² − ∇u·∇ at u = its u₀ (whose advection by ∇u has mean 0: the mean symbol Λ̄
+    alone drops it): GMRES's δ satisfies δ − hF′δ = r to 1e-9, F′ applied independently
+    on the host (:meth:`Transport.apply`; measured 1e-14); Λ̄'s multiplier alone misses by 23 %."""
+    import jax
+    import jax.numpy as jnp
+    from kuramoto_sivashinsky import KuramotoSivashinsky
+
+    from teng_eq.estimate import Transport
+    from teng_eq.implicit import ImplicitStage
+
+    n, h = 32, 0.125
+    eq = KuramotoSivashinsky(name="kuramoto_sivashinsky", a=0.1, b=0.01, lengths=(2 * np.pi, 2 * np.pi),
+                             initial_condition="waves")
+    x = 2 * np.pi * np.arange(n) / n
+    points = jnp.asarray(np.stack(np.meshgrid(x, x, indexing="ij"), axis=-1).reshape(-1, 2))
+    transport = Transport(eq.periods, (n, n), eq.order)
+    a = transport.coefficients(eq, lambda p: eq.u0(p.T), points, 0.0)
+    stage = ImplicitStage(solver=None, equation=eq, transport=transport, newton=1)
+    r = jnp.asarray(np.cos(3 * points[:, 0] - points[:, 1]) + np.sin(points[:, 1]) ** 3)
+    delta = np.asarray(stage.chord(a, h, jax.ShapeDtypeStruct(r.shape, r.dtype))(r))
+    a, r = np.asarray(a), np.asarray(r)
+    assert np.linalg.norm(delta - h * transport.apply(a, delta) - r) <= 1e-9 * np.linalg.norm(r)
+    mean_only = np.asarray(stage.multiply(1.0 / (1.0 - h * transport.symbol(a)[0]), r))
+    assert np.linalg.norm(mean_only - h * transport.apply(a, mean_only) - r) > 0.1 * np.linalg.norm(r)
+
+
+@pytest.mark.parametrize("preset", ["stiff_frontier", "ks_frontier"])
+def test_the_stiff_frontier_presets_pass_the_preflight_with_their_config_folder(tmp_path, preset):
+    """``--config-dir examples/conf experiment=stiff_frontier`` (the biharmonic) and
+    ``ks_frontier`` (Kuramoto–Sivashinsky): every point the preflight checks is composed
+    with the user's folder on Hydra's search path (where the presets and equations live):
+    the longest axis's 9 values and the corner of last values."""
     from teng_eq.preflight import preflight
-    argv = ["--config-dir", str(ROOT / "examples" / "conf"), "experiment=stiff_frontier",
+    argv = ["--config-dir", str(ROOT / "examples" / "conf"), f"experiment={preset}",
             f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", f"cache_dir={tmp_path / 'cache'}"]
     assert preflight(argv, ROOT / "conf") == 10
     assert not (tmp_path / "mlflow.db").exists()

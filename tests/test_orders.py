@@ -52,13 +52,14 @@ CASES = [
     pytest.param(["method=teng_heun", "method.integrator=heun_fsal"], 2, 3, [0.05, 0.1, 0.2], id="heun_fsal"),
     pytest.param(["method=teng_bs3"], 3, 3, [0.05, 0.1, 0.2], id="bs3"),
     pytest.param(["method=teng_rk4"], 4, 4, [0.1, 0.2, 0.4], id="rk4"),
-    # Implicit and IMEX (teng_eq.implicit); embedded estimates for cn, sdirk2, sdirk3. The IMEX pairs on heat
-    # split as S = 0.7νΔ implicit, N = 0.3νΔ explicit, so that both tableaux and their
-    # coupling act (the short form's own split would leave N = 0).
+    # Implicit and IMEX (teng_eq.implicit); embedded estimates for cn, sdirk2, sdirk3, sdirk4.
+    # The IMEX pairs on heat split as S = 0.7νΔ implicit, N = 0.3νΔ explicit, so that both
+    # tableaux and their coupling act (the short form's own split would leave N = 0).
     pytest.param(["method=teng_beuler"], 1, None, [0.025, 0.05, 0.1], id="beuler"),
     pytest.param(["method=teng_cn"], 2, 2, [0.05, 0.1, 0.2], id="cn"),
     pytest.param(["method=teng_sdirk2"], 2, 2, [0.05, 0.1, 0.2], id="sdirk2"),
     pytest.param(["method=teng_sdirk3"], 3, 3, [0.1, 0.2, 0.4], id="sdirk3"),
+    pytest.param(["method=teng_sdirk4"], 4, 4, [0.1, 0.2, 0.4], id="sdirk4"),
     pytest.param(["method=teng_imex_euler", "equation.impl=helpers.split_heat:SplitHeat"], 1, None,
                  [0.025, 0.05, 0.1], id="imex_euler"),
     pytest.param(["method=teng_ars222", "equation.impl=helpers.split_heat:SplitHeat"], 2, None,

@@ -19,7 +19,7 @@ from teng_eq.stage import StageSolver
 
 
 class ImplicitTENG(TENG):
-    """TENG with a diagonally implicit (``beuler``, ``cn``, ``sdirk2``, ``sdirk3``) or IMEX
+    """TENG with a diagonally implicit (``beuler``, ``cn``, ``sdirk2``, ``sdirk3``, ``sdirk4``) or IMEX
     (``imex_euler``, ``ars222``) ``integrator`` (:data:`teng_eq.implicit.DIRK_TABLEAUS`)."""
 
     systems = False  # its stages' function-space steps act on one field's Fourier grid
