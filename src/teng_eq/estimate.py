@@ -169,15 +169,18 @@ class Transport(eqx.Module):
         return jnp.max(self.symbol(a)[0].real)
 
     def apply(self, a: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """L′[û] v = Σ_α a_α ∂^α v on the grid (spectral derivatives of v), on the host."""
+        """L′[û] v = Σ_α a_α ∂^α v on the grid (spectral derivatives of v): on the host for
+        a NumPy v (the estimate), traced for a JAX one (the implicit stages' Newton matrix)."""
         return self._apply_hat(a, self._fft(v))
 
     def _fft(self, v: np.ndarray) -> np.ndarray:
-        return np.fft.fftn(np.reshape(v, self.shape)).ravel()
+        xp = jnp if isinstance(v, jax.Array) else np
+        return xp.fft.fftn(xp.reshape(v, self.shape)).ravel()
 
     def _apply_hat(self, a: np.ndarray, v_hat: np.ndarray) -> np.ndarray:
         """Σ_α a_α ∂^α v from v's spectrum ``v_hat``."""
-        return sum(np.asarray(c) * np.fft.ifftn(np.reshape(s * v_hat, self.shape)).real.ravel()
+        xp = jnp if isinstance(v_hat, jax.Array) else np
+        return sum(xp.asarray(c) * xp.fft.ifftn(xp.reshape(s * v_hat, self.shape)).real.ravel()
                    for c, s in zip(a, self.symbols))
 
     def propagate(self, e: np.ndarray, defect: np.ndarray, a: np.ndarray, h: float) -> np.ndarray:

@@ -265,16 +265,8 @@ class ImplicitStage(eqx.Module):
     def chord(self, a: Float[Array, "alphas n"], h, structure) -> Callable:
         """r ↦ (I − hF′)⁻¹ r for F′ = Σ_α a_α ∂^α on the grid (``structure``: r's shape and
         dtype) by GMRES, preconditioned by the Fourier multiplier (I − hΛ̄)⁻¹."""
-        symbols = jnp.asarray(self.transport.symbols)
-
-        def newton_matrix(v):
-            v_hat = jnp.fft.fftn(v.reshape(self.transport.shape)).ravel()
-            derivatives = jnp.fft.ifftn((symbols * v_hat).reshape(-1, *self.transport.shape),
-                                        axes=tuple(range(1, 1 + len(self.transport.shape)))).real
-            return v - h * jnp.sum(a * derivatives.reshape(a.shape), axis=0)
-
         inverse = 1.0 / (1.0 - h * self.transport.symbol(a)[0])
-        matrix = lx.FunctionLinearOperator(newton_matrix, structure)
+        matrix = lx.FunctionLinearOperator(lambda v: v - h * self.transport.apply(a, v), structure)
         preconditioner = lx.FunctionLinearOperator(lambda v: self.multiply(inverse, v), structure)
         gmres = lx.GMRES(rtol=1e-10, atol=1e-14, max_steps=200)
 

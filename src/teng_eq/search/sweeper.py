@@ -9,10 +9,9 @@ broke down (diverged, overfit): PRUNED, stopped early, with the run's reason —
 TPE ranks pruned trials below every complete one and so moves away from them, where a
 FAIL tells it nothing (measured: a search on Kuramoto–Sivashinsky asked for the same
 diverging point 25 times running); FAILED otherwise (a job that raised): FAIL with its
-reason. The search goes on either way. A new trial's
-job runs with ``resume=false`` (its own run, timed now, even where an equal
-configuration ran before); trial ``n`` is job ``n`` (``multirun/…/n``, tag
-``job_num``), tagged ``study`` and ``trial``.
+reason. The search goes on either way. A new trial's job runs with ``resume=false``
+(its own run, timed now, even where an equal configuration ran before); trial ``n`` is
+job ``n`` (``multirun/…/n``, tag ``job_num``), tagged ``study`` and ``trial``.
 
 **Stopped and started again.** A signal ends the running trial's job at the end of
 a step (its run KILLED, its checkpoint kept) and the search with it; the trial stays
