@@ -5,16 +5,23 @@ in tests/helpers/."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
-import jax
-import pytest
-from helpers.configs import make_config
-from helpers.mlflow_store import Server
+# As pipeline/sweep.py does, before NumPy, SciPy or jaxlib load OpenBLAS: with its own
+# threads it rounds differently on some machines (measured on an AMD EPYC: a run in the test
+# process ended at 5.43986e-5, the same run through sweep.py at 5.44085e-5), and README's
+# test command does not set it. .ci/run exports it too.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from teng_eq.cache import compilation_folder, file_lock
-from teng_eq.simulation import build_method
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+from helpers.configs import make_config  # noqa: E402
+from helpers.mlflow_store import Server  # noqa: E402
+
+from teng_eq.cache import compilation_folder, file_lock  # noqa: E402
+from teng_eq.simulation import build_method  # noqa: E402
 
 
 def _session_folder(tmp_path_factory, name: str) -> Path:

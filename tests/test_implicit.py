@@ -56,6 +56,7 @@ def test_what_an_implicit_method_cannot_run_is_refused_in_one_line():
         make_config("method=teng_beuler", "stopping.policy=local_error")
 
 
+@pytest.mark.slow  # three runs and dt=auto's embedded steps compiled: 50–85 s, CI's slow stage
 def test_an_implicit_step_runs_far_past_the_explicit_stability_limit(warm_cache):
     """The biharmonic ``∂ₜu = −κΔ²u`` (κ = 0.05) on 16² nodes: the fit's fastest mode
     (|k| = 8) decays at κ|k|⁴ = 205, so TENG-RK4 is stable only for Δt ≤ 2.79/205 = 0.014;
