@@ -120,8 +120,9 @@ def test_the_examples_kuramoto_sivashinsky_reference_converges_to_1e_9():
 def test_a_nonlinear_stages_newton_correction_solves_with_the_whole_linearised_operator():
     """The chord Newton's correction δ = (I − hF′)⁻¹r for Kuramoto–Sivashinsky's F′ =
     −aΔ − bΔ² − ∇u·∇ at u = its u₀ (whose advection by ∇u has mean 0: the mean symbol Λ̄
-    alone drops it): GMRES's δ satisfies δ − hF′δ = r to 1e-9, F′ applied independently
-    on the host (:meth:`Transport.apply`; measured 1e-14); Λ̄'s multiplier alone misses by 23 %."""
+    alone drops it): GMRES's δ satisfies δ − hF′δ = r to 1e-9, F′ applied on the host by
+    :meth:`Transport.apply`'s NumPy path (the solve traces its JAX path; measured 1e-14);
+    Λ̄'s multiplier alone misses by 23 %."""
     import jax
     import jax.numpy as jnp
     from kuramoto_sivashinsky import KuramotoSivashinsky
