@@ -34,7 +34,7 @@ def _waves(x):
 
 class KuramotoSivashinsky(PeriodicBox):
     """``∂ₜu = −a Δu − b Δ²u − ½|∇u|²`` (``a``, ``b`` > 0). No growth rate declared: the
-    estimate measures it (:func:`teng_eq.estimate.measured_growth_rate`); no reference."""
+    estimate measures it (:func:`teng_eq.estimate.defect.measured_growth_rate`); no reference."""
 
     dim = 2
     order = 4

@@ -5,7 +5,7 @@
     python pipeline/analyze.py experiments=[heat,burgers] "filter=\"params.iters = '7'\""
     python pipeline/analyze.py mlflow=false out=reports/mine
 
-What it writes: teng_eq.report (and docs/guides/analysis.md).
+What it writes: teng_eq.analysis.report (and docs/guides/analysis.md).
 """
 
 from pathlib import Path
@@ -13,7 +13,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from teng_eq.report import analyze
+from teng_eq.analysis.report import analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 

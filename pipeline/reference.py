@@ -19,9 +19,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from teng_eq.config.options import mark_launch_folder
 from teng_eq.equations import build_equation
 from teng_eq.errors import ConfigError
-from teng_eq.options import mark_launch_folder
 from teng_eq.reference import reference_solution, save_npz
 
 

@@ -5,8 +5,8 @@
     python pipeline/sweep.py experiment=paper_heat2d           # the paper's setting
     python pipeline/sweep.py --config-dir my_conf equation=mine    # a user's own equation
 
-Every job of the command line is checked before Hydra starts (teng_eq.preflight);
-each job is teng_eq.job.main.
+Every job of the command line is checked before Hydra starts (teng_eq.jobs.preflight);
+each job is teng_eq.jobs.job.main.
 """
 
 import os
@@ -23,11 +23,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from teng_eq.config.options import mark_launch_folder
 from teng_eq.errors import ConfigError
-from teng_eq.job import JobContext
-from teng_eq.job import main as job
-from teng_eq.options import mark_launch_folder
-from teng_eq.preflight import preflight
+from teng_eq.jobs.job import JobContext
+from teng_eq.jobs.job import main as job
+from teng_eq.jobs.preflight import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
 

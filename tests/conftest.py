@@ -20,8 +20,8 @@ import pytest  # noqa: E402
 from helpers.configs import make_config  # noqa: E402
 from helpers.mlflow_store import Server  # noqa: E402
 
-from teng_eq.cache import compilation_folder, file_lock  # noqa: E402
-from teng_eq.simulation import build_method  # noqa: E402
+from teng_eq.cache.files import compilation_folder, file_lock
+from teng_eq.run.simulation import build_method
 
 
 def _session_folder(tmp_path_factory, name: str) -> Path:

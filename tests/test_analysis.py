@@ -1,4 +1,4 @@
-"""pipeline/analyze.py and teng_eq.analysis on a synthetic MLflow store (no TENG compute).
+"""pipeline/analyze.py and teng_eq.analysis.compare on a synthetic MLflow store (no TENG compute).
 
 The store holds one sweep whose jobs have err = 0.3 Δt (Euler, slope 1) and
 err = 5 Δt² (Heun, slope 2), runtime 0.1/Δt and 0.12/Δt, one Heun job of
@@ -16,7 +16,8 @@ from helpers.configs import ROOT, compose_conf
 from helpers.processes import run_script
 from mlflow.entities import Metric, Param
 
-from teng_eq import analysis, report
+from teng_eq.analysis import compare as analysis
+from teng_eq.analysis import report
 from teng_eq.tracking import SelectionError, load_runs, metric_curves
 
 T_FINAL = 0.04

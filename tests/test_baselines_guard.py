@@ -17,7 +17,7 @@ ends the problem itself has changed: re-measure.
 import pytest
 from helpers.configs import make_config
 
-from teng_eq.simulation import run_simulation
+from teng_eq.run.simulation import run_simulation
 
 #: ``table1_case`` → the band of its global relative L² (docs/claims.md).
 BANDS = {

@@ -51,7 +51,8 @@ def test_reference_solves_the_pde_on_the_rectangle(rect):
 
 
 @pytest.mark.slow
-@pytest.mark.manual  # fails today (README "Tests"): 1.4e-7 against a third more modes, 8.7e-9 against half the step
+# fails today (README "Tests"): 1.4e-7 against a third more modes, 8.7e-9 against half the step
+@pytest.mark.manual
 def test_reference_self_converges_at_t1(rect):
     """The default (n₁, n₂, dt) at T = 1 against about a third more modes on both axes and
     against half the step: agreement ≤ 1e-10 (relative L², on the finer grid)."""
@@ -61,4 +62,5 @@ def test_reference_self_converges_at_t1(rect):
     base = scheme.solution(rect, [1.0], cache_dir=False).at(0, fine[1])
     more = scheme.solution(rect, [1.0], n=fine, cache_dir=False).at(0, fine[1])
     half = scheme.solution(rect, [1.0], dt=dt / 2, cache_dir=False).at(0, fine[1])
-    assert rel_l2(base, more) <= 1e-10 and rel_l2(base, half) <= 1e-10, (rel_l2(base, more), rel_l2(base, half))
+    assert rel_l2(base, more) <= 1e-10 and rel_l2(base, half) <= 1e-10, (
+        rel_l2(base, more), rel_l2(base, half))

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from helpers.configs import make_config
 
-from teng_eq import initial_fit
 from teng_eq import reference as ref
-from teng_eq.cache import PROBE_TRIES, check_arrays, load_arrays, probe_folder, store_arrays
-from teng_eq.initial_fit import FitReport
+from teng_eq.cache.files import PROBE_TRIES, check_arrays, load_arrays, probe_folder, store_arrays
+from teng_eq.fit import theta0 as initial_fit
+from teng_eq.fit.theta0 import FitReport
 
 KEY = {"what": "test", "n": 3, "lengths": [1.0, 2.0]}
 
@@ -120,9 +120,9 @@ def test_damaged_theta0_is_refitted(tmp_path, monkeypatch, damage, caplog):
 
     def fit(net, u0, quadrature, *, key, fit, log=None, move=None):  # stands for the minutes-long fit
         fits.append(1)
-        return jnp.arange(5.0) * len(fits), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
-                                                      converged=True, stage1_s=1.0, stage2_s=2.0,
-                                                      stage2_damping=1e-8)
+        return jnp.arange(5.0) * len(fits), FitReport(stage1_loss=1e-8, stage2_loss=1e-14,
+                                                      stage2_rel_loss=1e-15, converged=True, stage1_s=1.0,
+                                                      stage2_s=2.0, stage2_damping=1e-8)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     description = {"initial_condition": "sines2d", "grid": 32, "seed": 0}
@@ -177,8 +177,8 @@ def test_a_cache_that_cannot_be_written_costs_only_the_cache(tmp_path, monkeypat
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     theta, report = initial_fit.cached_initial_parameters(
-        None, FIT_INPUTS["u0"], FIT_INPUTS["quadrature"], key=None, fit=None, description={"initial_condition": "sines2d", "grid": 32, "seed": 0},
-        directory=cache)
+        None, FIT_INPUTS["u0"], FIT_INPUTS["quadrature"], key=None, fit=None,
+        description={"initial_condition": "sines2d", "grid": 32, "seed": 0}, directory=cache)
     np.testing.assert_array_equal(theta, np.arange(5.0))
     assert report.cached is False
     eq = make_config("equation=allen_cahn", "equation.initial_condition=sines2d").equation

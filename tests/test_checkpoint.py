@@ -3,6 +3,7 @@ checkpoint is the uninterrupted run, bit for bit, for any method state; a
 diverging run stops with the step that broke it and keeps the last good one."""
 
 import io
+import json
 import zipfile
 
 import numpy as np
@@ -11,11 +12,12 @@ from helpers.configs import compose_conf, make_config
 from helpers.fake_methods import TOY
 from helpers.stops import Stop
 
-from teng_eq.cache import load_arrays, store_arrays
-from teng_eq.checkpoint import CheckpointStore
-from teng_eq.driver import divergence_reason
+from teng_eq.cache.files import load_arrays, store_arrays
 from teng_eq.errors import Diverged
-from teng_eq.simulation import run_simulation
+from teng_eq.run.checkpoint import CheckpointStore, rows_from_arrays, rows_to_arrays
+from teng_eq.run.loop import divergence_reason
+from teng_eq.run.result import History, Row
+from teng_eq.run.simulation import run_simulation
 
 
 def toy(*overrides):
@@ -120,10 +122,38 @@ def test_nan_isdivergence_reason(tmp_path):
 def test_round_off_losses_may_jump_without_diverging():
     """Step losses at round-off level (1e-17 against ‖u‖² = 1) jump by 1e7 without a
     blow-up: the median is floored at ε‖u‖²; with nothing to floor it they would count."""
-    losses = np.full(10, 1e-17)
-    assert divergence_reason({"step_loss": 1e-10}, losses, 10, 1e6, scale=1.0) is None
-    assert "times the median" in divergence_reason({"step_loss": 1e-10}, losses, 10, 1e6, scale=0.0)
-    assert "times the median" in divergence_reason({"step_loss": 1e-8}, losses, 10, 1e6, scale=1.0)
+    median = 1e-17
+    assert divergence_reason({"step_loss": 1e-10}, median, 10, 1e6, scale=1.0) is None
+    assert "times the median" in divergence_reason({"step_loss": 1e-10}, median, 10, 1e6, scale=0.0)
+    assert "times the median" in divergence_reason({"step_loss": 1e-8}, median, 10, 1e6, scale=1.0)
+
+
+def test_a_checkpoints_rows_keep_the_start_metrics():
+    """The start's own metrics (a system's per-component errors and drifts at t = 0) come back
+    with the rows: a resumed run reports its step 0 as the uninterrupted one did."""
+    rows = (Row(0, 0.0, {"rel_l2/u": 1e-7, "drift/energy": 0.0}, err_sq=1.0, ref_sq=2.0),
+            Row(1, 0.1, {"step_loss": 3e-12}, np.zeros((1, 4)), wall=0.5, err_sq=1.5, ref_sq=2.0))
+    back = rows_from_arrays(rows_to_arrays(rows, np.zeros(0)), 1, sequential=True)
+    assert [dict(r.metrics) for r in back] == [dict(r.metrics) for r in rows]
+    assert back[0].record(1).metrics == rows[0].record(1).metrics
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 64])
+def test_the_history_keeps_the_median_of_the_step_losses(count):
+    """The loop's history appends a row at a cost that does not grow with the step count, and
+    each version holds the median of its step losses (np.median's, the start's row aside);
+    an older version keeps its own, and only the newest may grow."""
+    losses = np.random.default_rng(count).lognormal(size=count)
+    history = History([Row(0, 0.0)])
+    versions = [history]
+    for n, loss in enumerate(losses, start=1):
+        history = history.appended(Row(n, 0.01 * n, {"step_loss": float(loss)}))
+        versions.append(history)
+    for n, version in enumerate(versions):
+        assert len(version) == n + 1 and version[-1].n == n
+        assert version.median == (np.median(losses[:n]) if n else None)
+    with pytest.raises(RuntimeError):
+        versions[0].appended(Row(1, 0.01))
 
 
 def test_an_error_above_the_solution_is_divergence_from_the_first_step():
@@ -167,4 +197,4 @@ def test_a_callback_that_returns_true_stops_the_run_where_it_is(tmp_path):
     store = CheckpointStore(tmp_path / "run.npz", {"run": "stop"})
     result = run_simulation(toy(), callbacks=[stop_at_three], checkpoints=store, checkpoint_every=100)
     assert seen == [(0, 0), (1, 1), (2, 2), (3, 3)]
-    assert len(result.times) == 4 and store.step == 3
+    assert len(result.times) == 4 and json.loads(str(load_arrays(store.path, store.key)["info"]))["step"] == 3

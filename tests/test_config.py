@@ -1,14 +1,15 @@
 import dataclasses
-import time
 
+import jax
 import pytest
 from helpers.configs import CONF, make_config, make_equation
 from helpers.mlflow_store import free_port
 
-from teng_eq import preflight as checks
 from teng_eq.errors import ConfigError
-from teng_eq.model import parameter_count
-from teng_eq.preflight import check_group_choices
+from teng_eq.jobs import preflight as checks
+from teng_eq.jobs.preflight import check_group_choices
+from teng_eq.methods import base as methods_base
+from teng_eq.network.paper import parameter_count
 
 
 def test_defaults_compose_to_cpu_heat_heun():
@@ -20,7 +21,8 @@ def test_defaults_compose_to_cpu_heat_heun():
 
 @pytest.mark.parametrize(
     "preset, equation, dt",
-    [("paper_heat2d", "heat", 0.005), ("paper_allen_cahn", "allen_cahn", 0.005), ("paper_burgers", "burgers", 0.001)],
+    [("paper_heat2d", "heat", 0.005), ("paper_allen_cahn", "allen_cahn", 0.005),
+     ("paper_burgers", "burgers", 0.001)],
 )
 def test_paper_presets(preset, equation, dt):
     run = make_config(f"experiment={preset}")
@@ -31,7 +33,8 @@ def test_paper_presets(preset, equation, dt):
 
 @pytest.mark.parametrize(
     "preset, equation, dt",
-    [("cpu_heat2d", "heat", 0.005), ("cpu_allen_cahn", "allen_cahn", 0.005), ("cpu_burgers", "burgers", 0.001)],
+    [("cpu_heat2d", "heat", 0.005), ("cpu_allen_cahn", "allen_cahn", 0.005),
+     ("cpu_burgers", "burgers", 0.001)],
 )
 def test_cpu_horizon_presets(preset, equation, dt):
     """The paper's horizons at CPU size: the paper's Δt and T, the CPU grid, draws, the
@@ -52,7 +55,8 @@ def test_the_paper_size_starts_and_fits_as_the_paper():
     cpu, paper = make_config().method.options, make_config("experiment=paper_heat2d").method.options
     assert (cpu.warm_start, paper.warm_start) == ("extrapolate", "previous")
     assert (cpu.fit.stage1_tol, cpu.fit.stage2_max_iters, cpu.fit.stage2_polish_iters) == (1e-5, 100, 25)
-    assert (paper.fit.stage1_tol, paper.fit.stage2_max_iters, paper.fit.stage2_polish_iters) == (1e-7, 2000, 100)
+    assert ((paper.fit.stage1_tol, paper.fit.stage2_max_iters, paper.fit.stage2_polish_iters)
+            == (1e-7, 2000, 100))
     assert (paper.fit.polish_patience, paper.fit.damping) == (3, paper.damping)
     assert make_config("warm_start=previous").method.options.warm_start == "previous"
     for equation in ("allen_cahn", "burgers", "heat_disk"):  # where the shorter fit is worse (cpu.fit)
@@ -67,7 +71,8 @@ def test_an_equation_sets_its_own_theta0_fit_at_cpu_size():
     default = make_config().method.options.fit
     assert (default.grid, default.stage2_tol, default.damping) == (None, 5e-14, 1e-8)
     fit = make_config("equation=heat3d").method.options.fit
-    assert (fit.grid, fit.stage1_tol, fit.stage1_patience, fit.stage2_tol, fit.damping) == (24, 1e-4, 6, 1e-7, 1e-8)
+    assert ((fit.grid, fit.stage1_tol, fit.stage1_patience, fit.stage2_tol, fit.damping)
+            == (24, 1e-4, 6, 1e-7, 1e-8))
     assert fit.stage1_subsample == default.stage1_subsample  # keys it does not set keep the defaults
     assert make_config("equation=heat3d", "fit.grid=32").method.options.fit.grid == 32
     assert fit.stage2_max_iters == 2000
@@ -75,7 +80,8 @@ def test_an_equation_sets_its_own_theta0_fit_at_cpu_size():
     assert (paper.grid, paper.fit) == (64, make_config("experiment=paper_heat2d").method.options.fit)
 
 
-@pytest.mark.parametrize("method, integrator", [("teng_euler", "euler"), ("teng_heun", "heun"), ("teng_rk4", "rk4")])
+@pytest.mark.parametrize("method, integrator",
+                         [("teng_euler", "euler"), ("teng_heun", "heun"), ("teng_rk4", "rk4")])
 def test_method_group(method, integrator):
     run = make_config(f"method={method}")
     assert (run.method.name, run.method.options.integrator) == (method, integrator)
@@ -101,15 +107,15 @@ def test_every_equation_and_method_composes(equation, method):
     baseline = method in ("tdvp_rk4", "obti_adam", "obti_lbfgs", "pinn_bfgs", "pinn_engd")
     implicit = (CONF / "method" / f"{method}.yaml").read_text().count("_teng_implicit") > 0
     if eq.components and (baseline or implicit):
-        with pytest.raises(ConfigError, match=f"^invalid config: method='{method}': runs scalar equations, and "
-                                              f"{equation} is a system"):
+        with pytest.raises(ConfigError, match=f"^invalid config: method='{method}': runs scalar equations, "
+                                              f"and {equation} is a system"):
             make_config(f"equation={equation}", f"method={method}")
         return
     if baseline and eq.periods is None:
         reason = f"method {method} needs a periodic domain"
     elif implicit and eq.periods is None:
         reason = f"method {method} solves its stages on a periodic grid"
-    elif implicit and eq.fresh:
+    elif implicit and eq.domain.fresh:
         reason = f"method {method} solves its stages on a grid, and it draws moving points"
     elif method == "pinn_engd" and not eq.linear:
         reason = f"method {method} runs only linear equations"
@@ -194,18 +200,58 @@ MALFORMED = [
 ]
 
 
+#: The XLA compilations jax reports (as tests/test_speed.py counts them).
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+#: The most programs a refused command line may compile: its checks run the equation's
+#: functions on a few points (:meth:`teng_eq.equations.Equation.check_functions`), small
+#: programs. Measured (2026-12-01, each line of MALFORMED in a fresh process, the persistent
+#: cache off): at most 34 (``-m dt=0.02,-1``: 30 for the first job, 4 for each further one;
+#: 0 where Hydra's composition refuses it). Building the default method on a 16² grid (θ₀'s
+#: fit, before any step) compiles 177 in a fresh process but 7 in one that built it before
+#: (jax's in-memory cache): so the fixture below counts θ₀'s fit on its own too.
+CHECK_COMPILES = 40
+
+
+@pytest.fixture
+def work(monkeypatch):
+    """The expensive work done while the test runs: ``theta0``, the calls of θ₀'s fit (or
+    load; every method's θ₀ goes through :func:`teng_eq.methods.base.cached_initial_parameters`)
+    and ``compiles``, the programs XLA compiles; jax's persistent cache is off meanwhile (a
+    program it loads is not compiled)."""
+    work = {"theta0": 0, "compiles": 0}
+    fit = methods_base.cached_initial_parameters
+
+    def counted_fit(*args, **kwargs):
+        work["theta0"] += 1
+        return fit(*args, **kwargs)
+
+    def listener(event, duration, **kwargs):
+        if event == BACKEND_COMPILE:
+            work["compiles"] += 1
+
+    monkeypatch.setattr(methods_base, "cached_initial_parameters", counted_fit)
+    persistent = jax.config.jax_enable_compilation_cache
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield work
+    finally:
+        jax.config.update("jax_enable_compilation_cache", persistent)
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
 @pytest.mark.parametrize("argv, needle", MALFORMED, ids=[" ".join(a) for a, _ in MALFORMED])
-def test_malformed_config_is_one_line_naming_the_key(preflight, tmp_path, argv, needle):
+def test_malformed_config_is_one_line_naming_the_key(preflight, work, tmp_path, argv, needle):
     (tmp_path / "file").write_text("")
     store = tmp_path / "mlflow.db"
     fill = {"tmp": tmp_path, "file": tmp_path / "file", "port": free_port()}
     argv = [a.format(**fill) for a in argv]
     flags = [a for a in argv if a == "-m"]  # options first, as Hydra's parser wants them
     defaults = [f"tracking_uri=sqlite:///{store}", f"cache_dir={tmp_path / 'cache'}"]
-    start = time.perf_counter()
     with pytest.raises(ConfigError) as err:
         preflight([*flags, *defaults, *(a for a in argv if a != "-m")])
-    assert time.perf_counter() - start < 30
+    # Refused before any expensive work: no θ₀ fit, no more than the checks' small programs.
+    assert work["theta0"] == 0 and work["compiles"] <= CHECK_COMPILES, work
     message = str(err.value)
     assert message.startswith("invalid config: ") and needle in message and "\n" not in message
     # Before any compute and before any MLflow run: neither the cache nor the store exists.
@@ -224,4 +270,5 @@ def test_good_command_lines_pass(preflight, tmp_path):
 
 
 def test_known_group_choices_pass():
-    check_group_choices(["-m", "equation=heat,burgers", "method=teng_rk4", "experiment=paper_heat2d", "dt=0.1"], CONF)
+    check_group_choices(["-m", "equation=heat,burgers", "method=teng_rk4", "experiment=paper_heat2d",
+                         "dt=0.1"], CONF)

@@ -15,14 +15,15 @@ import pytest
 from helpers.configs import SINES32, make_config
 from helpers.user_files import SINES, write_user_module
 
-from teng_eq import initial_fit
 from teng_eq import reference as ref
-from teng_eq.cache import content_description
-from teng_eq.initial_fit import FitReport
-from teng_eq.options import import_impl
-from teng_eq.simulation import build_method
+from teng_eq.cache.files import content_description
+from teng_eq.config.options import import_impl
+from teng_eq.fit import theta0 as initial_fit
+from teng_eq.fit.theta0 import FitReport
+from teng_eq.run.simulation import build_method
 
-FIELDS = {"name": "mine", "nu": 0.1, "a": 1.0, "lengths": [2 * math.pi, 2 * math.pi], "initial_condition": "waves"}
+FIELDS = {"name": "mine", "nu": 0.1, "a": 1.0, "lengths": [2 * math.pi, 2 * math.pi],
+          "initial_condition": "waves"}
 
 
 @pytest.fixture
@@ -50,9 +51,9 @@ def fits(monkeypatch):
 
     def fit(net, u0, quadrature, *, key, fit, log=None, move=None):
         calls.append(1)
-        return jnp.arange(5.0) * len(calls), FitReport(stage1_loss=1e-8, stage2_loss=1e-14, stage2_rel_loss=1e-15,
-                                                       converged=True, stage1_s=1.0, stage2_s=2.0,
-                                                       stage2_damping=1e-8)
+        return jnp.arange(5.0) * len(calls), FitReport(stage1_loss=1e-8, stage2_loss=1e-14,
+                                                       stage2_rel_loss=1e-15, converged=True, stage1_s=1.0,
+                                                       stage2_s=2.0, stage2_damping=1e-8)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     return calls
@@ -112,7 +113,8 @@ def test_a_changed_coefficient_or_u0_gets_a_new_reference(user_folder):
     assert len(files()) == 2
     # The new coefficient's reference is computed, not the old one read: its growth differs.
     assert not np.allclose(fast.spectrum(2), slow.spectrum(2))
-    uncached = ref.reference_solution(user_equation(user_folder, a=3.0), times, cache_dir=False, n=16, dt=0.05)
+    uncached = ref.reference_solution(user_equation(user_folder, a=3.0), times, cache_dir=False, n=16,
+                                      dt=0.05)
     np.testing.assert_array_equal(fast.spectrum(2), uncached.spectrum(2))
     # u₀ edited under the same name: a new reference too.
     reference(user_equation(user_folder, u0="xp.sin(x[0]) * xp.cos(x[1])", a=1.0))

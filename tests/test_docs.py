@@ -54,7 +54,8 @@ def test_the_site_builds_strict_with_a_page_for_every_module(tmp_path):
 def project(tmp_path) -> Path:
     """A copy of what the build reads: mkdocs.yml, docs/, src/, pyproject.toml."""
     for folder in ("docs", "src"):
-        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copytree(ROOT / folder, tmp_path / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for file in ("mkdocs.yml", "pyproject.toml"):
         shutil.copy(ROOT / file, tmp_path)
     return tmp_path
@@ -63,12 +64,12 @@ def project(tmp_path) -> Path:
 def test_the_strict_build_fails_on_a_broken_link_a_stale_reference_and_a_module_without_a_page(project):
     guide = project / "docs" / "guides" / "analysis.md"
     guide.write_text(guide.read_text() + "\nSee [the estimate](error-control.md#no-such-section).\n")
-    grid = project / "src" / "teng_eq" / "grid.py"
+    grid = project / "src" / "teng_eq" / "domains" / "quadrature.py"
     grid.write_text(grid.read_text().replace('"""', '"""See :func:`no_such_function`. ', 1))
     (project / "src" / "teng_eq" / "newcomer.py").write_text('"""A module no layer names."""\n')
     proc = build(project, project / "site")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert re.search(r"error-control\.md.*does not contain an anchor '#no-such-section'", out), out[-3000:]
-    assert "teng_eq.grid: :func:`no_such_function` names nothing in teng_eq" in out, out[-3000:]
+    assert "teng_eq.domains.quadrature: :func:`no_such_function` names nothing in teng_eq" in out, out[-3000:]
     assert "teng_eq.newcomer is in no layer of the importlinter contract" in out, out[-3000:]

@@ -78,7 +78,8 @@ def test_every_equation_declares_its_pieces(name):
     gap, _ = cKDTree(np.asarray(fit.points)).query(np.asarray(held.points))
     assert gap.min() > 1e-3
     x = np.asarray(ev.points[:7]).T
-    np.testing.assert_allclose(np.asarray(jax.vmap(eq.u0)(jnp.asarray(x.T))), eq.u0(x), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(jax.vmap(eq.u0)(jnp.asarray(x.T))), eq.u0(x), rtol=1e-13,
+                               atol=1e-15)
     ref = eq.reference([0.0], cache_dir=False)
     np.testing.assert_allclose(ref.values(0, 16)[:7], eq.u0(x), rtol=0, atol=1e-10)
 

@@ -20,18 +20,21 @@ from helpers.fake_methods import DECAY
 from helpers.numerics import convergence_order, rel_l2
 from helpers.stops import Stop, stop_at
 
-from teng_eq import analysis, report
-from teng_eq.checkpoint import CheckpointStore
-from teng_eq.controller import Controller, ControllerState
-from teng_eq.driver import Adaptive
+from teng_eq.analysis import compare as analysis
+from teng_eq.analysis import report
+from teng_eq.domains.quadrature import Quadrature, cell_volume, holdout_points
 from teng_eq.equations import operator
 from teng_eq.errors import ConfigError, Diverged
-from teng_eq.estimate import Defect, ErrorEstimate, Transport
-from teng_eq.grid import Quadrature, cell_volume, holdout_points
-from teng_eq.integrators import BS3, HEUN, HEUN_FSAL, RK4, ButcherTableau
+from teng_eq.estimate.defect import Defect
+from teng_eq.estimate.running import ErrorEstimate
+from teng_eq.estimate.transport import Transport
 from teng_eq.methods.base import StepInputs
 from teng_eq.reference import Pseudospectral
-from teng_eq.simulation import build_method, run_simulation
+from teng_eq.run.checkpoint import CheckpointStore
+from teng_eq.run.controller import Controller, ControllerState
+from teng_eq.run.schedule import Adaptive
+from teng_eq.run.simulation import build_method, run_simulation
+from teng_eq.stepping.tableau import BS3, HEUN, HEUN_FSAL, RK4, Tableau
 
 TWO_PI = 2 * math.pi
 
@@ -48,9 +51,9 @@ def test_embedded_pairs_check_their_order():
     assert HEUN.b_error == (0.5, -0.5) and len(BS3.b) == 3 and BS3.order == 3
     with pytest.raises(ValueError, match="embedded solution is not of order 1"):
         # b - b_error = (1/2, 1/2) is Heun itself: the "estimate" would be of order 3, not 2.
-        ButcherTableau("bad", a=((1.0,),), b=(0.5, 0.5), order=2, b_error=(0.0, 0.0), error_order=2)
+        Tableau.explicit_rk("bad", ((1.0,),), (0.5, 0.5), order=2, b_error=(0.0, 0.0), error_order=2)
     with pytest.raises(ValueError, match="embedded solution is not of order 3"):
-        ButcherTableau("bad", a=RK4.a, b=RK4.b, order=4, b_error=(0.1, -0.1, 0.0, 0.0, 0.0), error_order=4)
+        Tableau("bad", a=RK4.a, b=RK4.b, order=4, b_error=(0.1, -0.1, 0.0, 0.0, 0.0), error_order=4)
 
 
 # --- the controller ------------------------------------------------------------------------
@@ -63,11 +66,13 @@ def test_plan_lands_exactly_and_never_leaves_a_sliver():
     stops = CONTROL.stops(1.0, extra=(0.3,))
     assert stops == [0.25, 0.3, 0.5, 0.75, 1.0]
     assert CONTROL.plan(0.0, 0.1, stops) == (0.1, 0.1)
-    assert CONTROL.plan(0.2, 0.1, stops) == pytest.approx((0.05, 0.25)) and CONTROL.plan(0.2, 0.1, stops)[1] == 0.25
+    assert (CONTROL.plan(0.2, 0.1, stops) == pytest.approx((0.05, 0.25))
+            and CONTROL.plan(0.2, 0.1, stops)[1] == 0.25)
     # 0.12 left before the stop at 0.5 with a proposal of 0.1: two steps of 0.06, not 0.1 + 0.02.
     h, t = CONTROL.plan(0.38, 0.1, stops)
     assert h == pytest.approx(0.06) and t == pytest.approx(0.44)
-    assert CONTROL.plan(0.9, 5.0, stops) == pytest.approx((0.1, 1.0)) and CONTROL.plan(0.9, 5.0, stops)[1] == 1.0
+    assert (CONTROL.plan(0.9, 5.0, stops) == pytest.approx((0.1, 1.0))
+            and CONTROL.plan(0.9, 5.0, stops)[1] == 1.0)
     assert CONTROL.plan(0.0, 5.0, [2.0]) == (0.5, 0.5)  # dt_max
 
 
@@ -197,8 +202,8 @@ def test_extrapolated_warm_start_begins_each_fit_an_order_closer(warm_cache):
     for warm in ("previous", "extrapolate", "damped"):
         rate = "method.warm_rate=0.9" if warm == "damped" else "method.warm_rate=1"
         start = "previous" if warm == "previous" else "extrapolate"
-        method = build_method(make_config(*TINY_ADAPTIVE, "method=teng_rk4", f"method.warm_start={start}", rate),
-                              cache_dir=warm_cache)
+        method = build_method(make_config(*TINY_ADAPTIVE, "method=teng_rk4", f"method.warm_start={start}",
+                                          rate), cache_dir=warm_cache)
         step = jax.jit(lambda s, k, dt, method=method: method.step(s, k, StepInputs(dt=dt)))
         starts = []
         for dt in dts:
@@ -279,7 +284,8 @@ def test_estimate_bounds_the_error_where_projection_is_exact(kind):
     for n in range(1, 16):
         new = _heun_by_projection(model, eq, theta, dt, fit_points)
         vectors, scalars = defect(theta, new, dt)
-        estimate = estimate.advance(dt, {k: float(v) for k, v in scalars.items()}, np.asarray(vectors["defect"]), None)
+        estimate = estimate.advance(dt, {k: float(v) for k, v in scalars.items()},
+                                    np.asarray(vectors["defect"]), None)
         est = estimate.error
         exact = model.apply(jnp.asarray(theta0 * np.exp(rates * n * dt)), held.points)
         ratios.append(est / float(defect.norm(model.apply(new, held.points) - exact)))
@@ -291,7 +297,8 @@ def test_estimate_bounds_the_error_where_projection_is_exact(kind):
 
 
 def _theta0(model, eq, points):
-    return np.linalg.lstsq(np.asarray(model.basis(points)), np.asarray(eq.u0(np.asarray(points).T)), rcond=None)[0]
+    return np.linalg.lstsq(np.asarray(model.basis(points)), np.asarray(eq.u0(np.asarray(points).T)),
+                           rcond=None)[0]
 
 
 def test_hermite_local_estimate_is_heuns_local_error_to_leading_order():
@@ -300,7 +307,8 @@ def test_hermite_local_estimate_is_heuns_local_error_to_leading_order():
     eq = make_config("equation.initial_condition=sines2d").equation
     model = _fourier_model()
     held = Quadrature(holdout_points(16, 16, eq.lengths), cell_volume(16, eq.lengths))
-    points = jnp.asarray(np.stack(np.meshgrid(*(np.arange(16) * TWO_PI / 16,) * 2, indexing="ij"), -1).reshape(-1, 2))
+    points = jnp.asarray(np.stack(np.meshgrid(*(np.arange(16) * TWO_PI / 16,) * 2, indexing="ij"), -1)
+                         .reshape(-1, 2))
     theta = jnp.asarray(_theta0(model, eq, points))
     rates = -eq.nu * np.sum(np.asarray(model.waves) ** 2, axis=1)
     defect = Defect(model, eq, held, "hermite")
@@ -373,8 +381,8 @@ def test_exact_references_at_any_time():
     sol = heat.reference([0.37])
     np.testing.assert_allclose(ref.values_at(0.37, 16), sol.values(0, 16), rtol=0, atol=1e-15)
     disk = make_equation("heat_disk")
-    np.testing.assert_allclose(disk.reference_anytime(1.0).values_at(0.37, 8), disk.reference([0.37]).values(0, 8),
-                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(disk.reference_anytime(1.0).values_at(0.37, 8),
+                               disk.reference([0.37]).values(0, 8), rtol=0, atol=1e-15)
 
 
 # --- analysis -----------------------------------------------------------------------------
@@ -394,7 +402,8 @@ def test_report_of_fixed_and_adaptive_runs(tmp_path):
     runs = pd.DataFrame({"run_id": ["a", "b", "c"], "experiment_id": "1",
                          "params.method": "teng_heun", "params.equation": "heat",
                          "params.dt": ["0.005", "0.001", "auto"], "params.seed": "0",
-                         "metrics.global_rel_l2": [2e-7, 1e-7, 1.5e-7], "metrics.runtime_s": [10.0, 50.0, 8.0],
+                         "metrics.global_rel_l2": [2e-7, 1e-7, 1.5e-7],
+                         "metrics.runtime_s": [10.0, 50.0, 8.0],
                          "metrics.est_global_rel_l2": [4e-7, 3e-7, 2e-7]})
     df = analysis.tidy(runs)
     assert df["adaptive"].tolist() == [False, False, True] and np.isnan(df["dt"][2])
@@ -402,7 +411,8 @@ def test_report_of_fixed_and_adaptive_runs(tmp_path):
     df["pareto"] = analysis.pareto_by_equation(df)
     curves = {r: ([0, 1, 2, 6, 7], [1e-7] * 5) for r in df["run_id"]}
     extra = {"est_rel_l2": {r: ([0, 1, 2, 6, 7], [2e-7] * 5) for r in df["run_id"]},
-             "t": {"c": ([1, 2, 6, 7], [0.1, 0.3, 0.6, 1.0])}, "dt": {"c": ([1, 2, 6, 7], [0.1, 0.2, 0.3, 0.4])}}
+             "t": {"c": ([1, 2, 6, 7], [0.1, 0.3, 0.6, 1.0])},
+             "dt": {"c": ([1, 2, 6, 7], [0.1, 0.2, 0.3, 0.4])}}
     paths = report.write_report(df, curves, tmp_path, extra=extra)
     assert {"estimate_vs_error.png", "dt_vs_time.png", "estimate.csv"} <= {p.name for p in paths}
     quality = pd.read_csv(tmp_path / "estimate.csv")
@@ -422,7 +432,8 @@ def test_analyze_draws_estimates_and_step_sizes_from_the_store(tmp_path):
     client = mlflow.tracking.MlflowClient(uri)
     exp = client.create_experiment("heat", artifact_location=(tmp_path / "mlruns").as_uri())
     now = int(time.time() * 1000)
-    for dt, times in (("0.1", np.arange(9) * 0.1), ("auto", np.array([0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0]))):
+    for dt, times in (("0.1", np.arange(9) * 0.1),
+                      ("auto", np.array([0, 0.05, 0.15, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0]))):
         run = client.create_run(exp, tags={"run_kind": "job", "method": "teng_heun", "equation": "heat"})
         err = 1e-7 * (1 + times)
         est = err * (3.0 if dt == "auto" else 2.0) * np.where(np.arange(9) == 7, 2.0, 1.0)
@@ -436,8 +447,8 @@ def test_analyze_draws_estimates_and_step_sizes_from_the_store(tmp_path):
         client.log_batch(run.info.run_id, metrics=curves + scalars,
                          params=[Param("dt", dt), Param("method", "teng_heun"), Param("equation", "heat")])
         client.set_terminated(run.info.run_id)
-    cfg = compose_conf([f"tracking_uri={uri}", "experiments=[heat]", f"out={tmp_path / 'out'}", "mlflow=false"],
-                       config_name="analyze")
+    cfg = compose_conf([f"tracking_uri={uri}", "experiments=[heat]", f"out={tmp_path / 'out'}",
+                        "mlflow=false"], config_name="analyze")
     out = report.analyze(cfg, ROOT)
     assert (out / "estimate_vs_error.png").is_file() and (out / "dt_vs_time.png").is_file()
     quality = pd.read_csv(out / "estimate.csv").sort_values("run")
@@ -470,7 +481,8 @@ def test_the_transport_estimate_follows_the_error_where_projection_is_exact():
     eq = make_config("equation.initial_condition=sines2d").equation
     model = _fourier_model()
     held = Quadrature(holdout_points(16, 16, eq.lengths), cell_volume(16, eq.lengths), grid_shape=(16, 16))
-    points = jnp.asarray(np.stack(np.meshgrid(*(np.arange(16) * TWO_PI / 16,) * 2, indexing="ij"), -1).reshape(-1, 2))
+    points = jnp.asarray(np.stack(np.meshgrid(*(np.arange(16) * TWO_PI / 16,) * 2, indexing="ij"), -1)
+                         .reshape(-1, 2))
     theta0 = _theta0(model, eq, points)
     theta = jnp.asarray(theta0)
     defect = Defect(model, eq, held, "transport")
@@ -483,8 +495,8 @@ def test_the_transport_estimate_follows_the_error_where_projection_is_exact():
         new = _heun_by_projection(model, eq, theta, dt, points)
         end = defect.fields(new)
         vectors, scalars = defect.combine(start, end, dt)
-        estimate = estimate.advance(dt, {k: float(v) for k, v in scalars.items()}, np.asarray(vectors["defect"]),
-                                    (start, end))
+        estimate = estimate.advance(dt, {k: float(v) for k, v in scalars.items()},
+                                    np.asarray(vectors["defect"]), (start, end))
         exact = model.apply(jnp.asarray(theta0 * np.exp(rates * n * dt)), held.points)
         ratios.append(estimate.error / float(defect.norm(model.apply(new, held.points) - exact)))
         theta, start = new, end
@@ -504,7 +516,8 @@ def test_the_linearised_operator_has_the_coefficients_of_the_operator(name, expe
         sys.path.insert(0, str(ROOT / "examples"))
         from anisotropic_diffusion import AnisotropicDiffusion
 
-        eq = AnisotropicDiffusion(name="aniso", a=0.2, b=0.05, c=0.1, lengths=eq.lengths, initial_condition="two_modes")
+        eq = AnisotropicDiffusion(name="aniso", a=0.2, b=0.05, c=0.1, lengths=eq.lengths,
+                                  initial_condition="two_modes")
     held = eq.holdout(16, 16)
     transport = Transport(eq.periods, held.grid_shape, eq.order)
     a = np.asarray(transport.coefficients(eq, lambda p: jnp.sin(p[:, 0]) * jnp.cos(2 * p[:, 1]) ** 2,
@@ -518,7 +531,10 @@ def test_burgers_linearised_coefficients_are_its_jacobian():
     eq = make_config("equation=burgers", "equation.initial_condition=sines2d").equation
     held = eq.holdout(16, 16)
     transport = Transport(eq.periods, held.grid_shape, eq.order)
-    u = lambda p: jnp.sin(p[:, 0]) * jnp.cos(2 * p[:, 1])
+
+    def u(p):
+        return jnp.sin(p[:, 0]) * jnp.cos(2 * p[:, 1])
+
     a = dict(zip(transport.alphas, np.asarray(transport.coefficients(eq, u, held.points, 0.0))))
     x, y = np.asarray(held.points).T
     value, grad = np.sin(x) * np.cos(2 * y), (np.cos(x) * np.cos(2 * y), -2 * np.sin(x) * np.sin(2 * y))
@@ -536,7 +552,7 @@ def test_the_embedded_estimates_leading_constant(tableau):
 
     def err(h):
         k = [lam]
-        for row in [*tableau.a, *([tableau.b] if tableau.fsal else [])]:
+        for row in [*tableau.lower, *([tableau.b] if tableau.fsal else [])]:
             k.append(lam * (1 + h * sum(a * kj for a, kj in zip(row, k))))
         return h * sum(w * kj for w, kj in zip(tableau.b_error, k))
 
@@ -544,7 +560,8 @@ def test_the_embedded_estimates_leading_constant(tableau):
     assert err(h) / (h * lam) ** q == pytest.approx(tableau.error_constant, rel=1e-2)
 
 
-@pytest.mark.parametrize("tableau, x", [(HEUN, 2.0), (BS3, 2.512), (RK4, 2.785)], ids=lambda v: getattr(v, "name", ""))
+@pytest.mark.parametrize("tableau, x", [(HEUN, 2.0), (BS3, 2.512), (RK4, 2.785)],
+                         ids=lambda v: getattr(v, "name", ""))
 def test_the_stability_interval_of_each_tableau(tableau, x):
     """|R(−s)| ≤ 1 on [0, x] and not beyond (R the stability polynomial: Heun's
     1 + z + z²/2 is 1 at −2; the others' by their known intervals, to 1e-3)."""
@@ -566,7 +583,8 @@ def test_the_fastest_resolved_decay_of_the_biharmonic_sets_the_stable_step():
     transport = Transport(eq.periods, held.grid_shape, eq.order, resolved=(32, 32))
     a = transport.coefficients(eq, lambda p: jnp.sin(p[:, 0]) * jnp.cos(p[:, 1]), held.points, 0.0)
     assert transport.radius(a) == pytest.approx(0.01 * 16**4, rel=1e-12)
-    schedule = Adaptive(make_config("dt=auto").controller, [0.1], 2, HEUN.error_constant, HEUN.stability_limit)
+    schedule = Adaptive(make_config("dt=auto").controller, [0.1], 2, HEUN.error_constant,
+                        HEUN.stability_limit)
     assert schedule.stable_step(transport.radius(a)) == pytest.approx(0.9 * 2.0 / (0.01 * 16**4), rel=1e-12)
     assert schedule.stable_step(None) == math.inf
 
@@ -576,8 +594,8 @@ def test_dt_initial_auto_sizes_the_first_try_at_the_tolerance(cache_dir):
     |C|Δt^q ‖∂ₜ^q u‖ (Heun–Euler: C = −½, q = 2; ‖∂ₜ²u‖ from L′[û₀]L[û₀]) is 0.9 times the
     tolerance; the step taken reports an estimate within 10 % of that, and is kept."""
     records = []
-    cfg = make_config(*SINES32, "t_final=0.05", "dt=auto", "controller.dt_initial=auto", "controller.rtol=1e-5",
-                      "progress=false", *CHEAP_FIT)
+    cfg = make_config(*SINES32, "t_final=0.05", "dt=auto", "controller.dt_initial=auto",
+                      "controller.rtol=1e-5", "progress=false", *CHEAP_FIT)
     r = run_simulation(cfg, cache_dir=cache_dir, on_step=records.append)
     first = records[1].metrics
     tolerance = 1e-12 + 1e-5 * first["u_l2"]

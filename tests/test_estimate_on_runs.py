@@ -1,8 +1,9 @@
 """The error estimate on real runs: on every equation with a reference, with the paper's
-network, under a fixed Δt and under ``dt=auto``: ``est_rel_l2 / rel_l2`` lies in README's
-band at every step after the fifth — on the periodic equations within [0.8, 3] for the
-default ``transport`` (the error carried through L′[û]: never far below the error it never
-saw, and no longer drifting where the equation damps) and within [1, 11] for ``embedded``.
+network, under a fixed Δt and under ``dt=auto``: ``est_rel_l2 / rel_l2`` lies in its band
+(tests/helpers/bands.py) at every step after the fifth — on the periodic equations within
+[0.8, 3] for the default ``transport`` (the error carried through L′[û]: never far below
+the error it never saw, and no longer drifting where the equation damps) and within
+[1, 11] for ``embedded``.
 
 The 2-D periodic equations run at test size, where θ₀ is a short fit (errors 3e-4 to
 1e-3), so the known start error e(0) weighs in every step's estimate; the examples of
@@ -13,7 +14,7 @@ The disk runs at its CPU default (its own θ₀ fit; 16 nodes with a short θ₀
 within 12 steps of Δt = 0.001), to t = 0.03. It is no periodic box: ``transport``
 computes ``hermite`` there, and the true error decays (Dirichlet damping) while the
 estimate's sum of past defects does not, so the ratio grows along the run (``hermite`` to
-about 11, ``embedded`` to about 290: docs/claims.md). README's band there is [1, 15] for
+about 11, ``embedded`` to about 290: docs/claims.md). Its bands there are [1, 15] for
 ``hermite`` and [1, 600] for ``embedded``.
 
 3-D heat runs on 12³ nodes (errors on 24³) from its own θ₀ fit on 16³ (about 2.5 min;
@@ -23,14 +24,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.bands import DISK_EMBEDDED, DISK_HERMITE, EMBEDDED, TRANSPORT
 from helpers.configs import CHEAP_FIT, make_config
 
-from teng_eq.simulation import run_simulation
+from teng_eq.run.simulation import run_simulation
 
-#: README's bands for ``est_rel_l2 / rel_l2`` at every step after the fifth, per estimate:
-#: on the periodic equations, and on the disk (where ``transport`` computes ``hermite``).
-BANDS = {"transport": (0.8, 3.0), "embedded": (1.0, 11.0)}
-DISK_BANDS = {"transport": (1.0, 15.0), "embedded": (1.0, 600.0)}
+#: The bands (tests/helpers/bands.py) of ``est_rel_l2 / rel_l2`` at every step after the fifth,
+#: per estimate asked: on the periodic equations, and on the disk (where ``transport``
+#: computes ``hermite``).
+BANDS = {"transport": TRANSPORT, "embedded": EMBEDDED}
+DISK_BANDS = {"transport": DISK_HERMITE, "embedded": DISK_EMBEDDED}
 #: Test size: 16² nodes (errors on 32²), 12 steps of Δt = 0.005 or the controller's.
 SIZE = ["grid=16", "eval_grid=32", "t_final=0.06", "progress=false", *CHEAP_FIT]
 #: ``dt=auto`` from a first try of 0.001: ``controller.dt_initial: auto`` crosses t = 0.06 in
@@ -57,9 +60,7 @@ def _both_estimates(cache_dir, overrides, bands, min_steps, computes=None):
     for kind in bands:
         result = run_simulation(make_config(*overrides, f"estimate={kind}"), cache_dir=cache_dir)
         assert result.estimate == (computes or {}).get(kind, kind)
-        ratio = result.est_rel_l2[6:] / result.rel_l2[6:]
-        low, high = bands[kind]
-        assert len(ratio) >= min_steps and low <= ratio.min() and ratio.max() <= high, (kind, ratio)
+        bands[kind].check(result.est_rel_l2, result.rel_l2, min_steps=min_steps)
         runs[kind] = result
     return runs
 
@@ -68,7 +69,8 @@ def _both_estimates(cache_dir, overrides, bands, min_steps, computes=None):
 @pytest.mark.parametrize("steps", list(STEPS))
 @pytest.mark.parametrize("name", list(EQUATIONS))
 def test_both_estimates_bracket_the_error_on_real_runs(cache_dir, name, steps):
-    runs = _both_estimates(cache_dir, [f"equation={name}", *EQUATIONS[name], *STEPS[steps]], BANDS, min_steps=6)
+    runs = _both_estimates(cache_dir, [f"equation={name}", *EQUATIONS[name], *STEPS[steps]], BANDS,
+                           min_steps=6)
     # The estimate watches the run: the controller reads local_error, and the transport's
     # stable-step cap (dt: auto) lies far above these steps on 16² nodes.
     np.testing.assert_array_equal(runs["transport"].times, runs["embedded"].times)

@@ -31,10 +31,10 @@ from helpers.processes import finish, job_env, run_logged, start, sweep_command
 from mlflow.tracking import MlflowClient
 
 from teng_eq import interrupts
-from teng_eq.checkpoint import CheckpointStore
-from teng_eq.initial_fit import FitProgress
-from teng_eq.job import Progress
-from teng_eq.simulation import run_simulation
+from teng_eq.fit.iterate import FitProgress
+from teng_eq.jobs.progress import Progress
+from teng_eq.run.checkpoint import CheckpointStore
+from teng_eq.run.simulation import run_simulation
 from teng_eq.tracking import open_client
 
 #: The tiny problem on the Toy method (no grid: Toy has no quadrature); dt=0.004: 20 steps.
@@ -76,7 +76,8 @@ def _each_step_once(client: MlflowClient, run, n_steps: int) -> None:
     for key in run.data.metrics:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         assert len(steps) == len(set(steps)), f"{key}: a step logged twice"
-    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "rel_l2")) == list(range(n_steps + 1))
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "rel_l2")) == \
+        list(range(n_steps + 1))
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "step_loss")) == \
         list(range(1, n_steps + 1))
 
@@ -117,7 +118,8 @@ def terminated_then_resumed(tmp_path_factory):
     step = json.loads(str(np.load(checkpoint.path)["info"]))["step"]
     logged = sorted(m.step for m in MlflowClient(uri).get_metric_history(job.info.run_id, "step_loss"))
     # Again, with the progress display a person sees.
-    second_code, second_log = run_logged(_command(tmp, uri, cache, DT, *_slow(0.25), progress=True), tmp, "second")
+    second_code, second_log = run_logged(_command(tmp, uri, cache, DT, *_slow(0.25), progress=True), tmp,
+                                         "second")
     return {"uri": uri, "cache": cache, "code": code, "log": first_log, "before": before, "step": step,
             "logged": logged, "second_code": second_code, "second_log": second_log, "after": all_runs(uri),
             "run_id": job.info.run_id}
@@ -165,7 +167,8 @@ def test_the_log_a_person_reads(terminated_then_resumed):
     lines = [line.split("\r") for line in terminated_then_resumed["second_log"].split("\n")]
     name = "teng_heun-heat-dt0.004"
     redraws = [seg for line in lines for seg in line if seg.strip()]
-    assert any(seg.startswith(f"resuming from the checkpoint after step {terminated_then_resumed['step']} of 20")
+    assert any(seg.startswith("resuming from the checkpoint after step "
+                              f"{terminated_then_resumed['step']} of 20")
                for seg in redraws)
     bars = [seg for seg in redraws if seg.startswith(name)]
     assert bars and bars[-1].startswith(f"{name}: 100%") and "20/20" in bars[-1]
@@ -183,8 +186,8 @@ def test_a_stopped_adaptive_run_names_its_step_by_time(tmp_path):
     resume name the step and its t (they once read "after step 6 of None")."""
     uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
     decay = [o for o in TOY_TINY if not o.startswith(("method.", "+method.", "~method."))] + DECAY
-    cmd = sweep_command(tmp_path, uri, cache, "dt=auto", "t_final=0.5", "controller.rtol=1e-3", "controller.atol=0",
-                        "controller.dt_initial=0.01", "+method.delay=0.25", tiny=decay)
+    cmd = sweep_command(tmp_path, uri, cache, "dt=auto", "t_final=0.5", "controller.rtol=1e-3",
+                        "controller.atol=0", "controller.dt_initial=0.01", "+method.delay=0.25", tiny=decay)
     proc = start(cmd, tmp_path, "first")
     job = _wait_for_steps(uri, proc, 3, started=tmp_path / "multirun" / "0")
     os.kill(proc.pid, signal.SIGTERM)
@@ -271,7 +274,8 @@ def test_an_unwritable_cache_is_refused_where_the_configuration_already_finished
     # The store holds this configuration FINISHED; a job would be "skipped", but the
     # folder is checked first (by writing a file: as root os.access passes /proc).
     t = terminated_then_resumed
-    cmd = [c for c in _command(tmp_path, t["uri"], t["cache"], DT, *_slow(0.25)) if not c.startswith("cache_dir=")]
+    cmd = [c for c in _command(tmp_path, t["uri"], t["cache"], DT, *_slow(0.25))
+           if not c.startswith("cache_dir=")]
     start = time.monotonic()
     code, log = run_logged([*cmd, "cache_dir=/proc/nope"], tmp_path, "nope")
     assert code != 0 and time.monotonic() - start < 30
@@ -329,7 +333,8 @@ def test_a_store_that_goes_away(tmp_path, mlflow_server, uninterrupted_global):
         assert run.info.status == "FINISHED"
         _each_step_once(client, run, round(0.08 / dt))
         _same_result(run, uninterrupted_global(dt))
-        assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config", "params", "plots", "tables"}
+        assert ({a.path for a in client.list_artifacts(run.info.run_id)}
+                == {"config", "params", "plots", "tables"})
 
 
 @pytest.mark.e2e
@@ -342,7 +347,8 @@ def test_a_second_sqlite_writer_holding_the_lock(tmp_path, uninterrupted_global)
     job = start(_command(tmp_path, uri, cache, DT, *_slow(0.1), multirun=False), tmp_path, "job")
     run = _wait_for_steps(uri, job, 3, started=tmp_path / "outputs")
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+        [sys.executable, "-c", ("import sqlite3, sys, time; "
+                                "c = sqlite3.connect(sys.argv[1], isolation_level=None); "
                                 "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(22); "
                                 "c.execute('COMMIT')"), str(tmp_path / "mlflow.db")],
         stdout=subprocess.PIPE, text=True)
@@ -374,8 +380,10 @@ def test_two_overlapping_sweeps_at_once_run_each_configuration_once(tmp_path, un
     reach it waits for it, then lists it as reused), no run is left RUNNING, no
     step is logged twice, and both parents end FINISHED with three jobs each."""
     uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
-    a = start(_command(tmp_path, uri, cache, "dt=0.02,0.01,0.005", *_slow(0.1), sweep_dir="a"), tmp_path, "a")
-    b = start(_command(tmp_path, uri, cache, "dt=0.01,0.005,0.004", *_slow(0.1), sweep_dir="b"), tmp_path, "b")
+    a = start(_command(tmp_path, uri, cache, "dt=0.02,0.01,0.005", *_slow(0.1), sweep_dir="a"),
+              tmp_path, "a")
+    b = start(_command(tmp_path, uri, cache, "dt=0.01,0.005,0.004", *_slow(0.1), sweep_dir="b"),
+              tmp_path, "b")
     for proc in (a, b):
         code, log = finish(proc)
         assert code == 0, log[-3000:]
@@ -409,7 +417,8 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
     final checkpoint kept; the third time it finishes — with the result of an
     uninterrupted run and every step logged once."""
     uri, cache = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "cache"
-    cmd = _command(tmp_path, uri, cache, DT, multirun=False, script=ROOT / "tests" / "helpers" / "faulty_sweep.py")
+    cmd = _command(tmp_path, uri, cache, DT, multirun=False,
+                   script=ROOT / "tests" / "helpers" / "faulty_sweep.py")
     os.environ["FAULTY_WRITE"] = "checkpoint:2"
     try:
         code, log = run_logged(cmd, tmp_path, "checkpoint")
@@ -452,12 +461,13 @@ def test_the_fit_has_its_own_bars(capsys):
     target — closed at the iteration the stage stopped; other lines go above."""
     progress = Progress(True, "job")
     for iteration in (25, 50, 75):
-        progress.log(FitProgress("θ₀ stage 1 (value+gradient)", iteration, 2000, 1e-3 / iteration, 1e-7,
+        progress.note(FitProgress("θ₀ stage 1 (value+gradient)", iteration, 2000, 1e-3 / iteration, 1e-7,
                                  " lambda 1.0e-03"))
-    progress.log(FitProgress("θ₀ stage 2 (value)", 25, 2000, 4.2e-13, 7.4e-13))
-    progress.log("resuming from the checkpoint after step 3 of 4")
+    progress.note(FitProgress("θ₀ stage 2 (value)", 25, 2000, 4.2e-13, 7.4e-13))
+    progress.note("resuming from the checkpoint after step 3 of 4")
     progress.close()
-    segments = [seg for line in capsys.readouterr().err.split("\n") for seg in line.split("\r") if seg.strip()]
+    segments = [seg for line in capsys.readouterr().err.split("\n") for seg in line.split("\r")
+                if seg.strip()]
     finals = {}
     for seg in segments:
         finals[seg.split(":")[0]] = seg

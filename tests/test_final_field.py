@@ -11,7 +11,7 @@ from helpers.mlflow_store import job_runs
 
 from teng_eq.api import load_run, run
 from teng_eq.errors import ConfigError
-from teng_eq.metrics import squared_norms
+from teng_eq.run.metrics import squared_norms
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,8 @@ def test_a_result_is_evaluated_on_any_points_and_on_a_grid(logged):
     assert values.shape == (100,)
     # The network itself takes (n, dim) points too: the same values, but for the compiled
     # evaluation's rounding.
-    np.testing.assert_array_equal(np.asarray(result.network(points)), np.asarray(jax.vmap(result.network)(points)))
+    np.testing.assert_array_equal(np.asarray(result.network(points)),
+                                  np.asarray(jax.vmap(result.network)(points)))
     np.testing.assert_allclose(values, np.asarray(result.network(points)), rtol=1e-13, atol=1e-15)
     grid, on_grid = result.field.on_grid(16)
     assert grid.shape == (256, 2) and on_grid.shape == (256,)
@@ -47,7 +48,8 @@ def test_a_logged_run_reproduces_its_final_error(logged):
     points, values = field.on_grid()
     reference = field.config.equation.reference_anytime(field.config.t_final).values_at(
         field.config.t_final, field.config.eval_grid)
-    err_sq, ref_sq = squared_norms(values, reference, field.config.equation.evaluation(field.config.eval_grid).weights)
+    err_sq, ref_sq = squared_norms(values, reference,
+                                   field.config.equation.evaluation(field.config.eval_grid).weights)
     np.testing.assert_allclose(np.sqrt(err_sq / ref_sq), job.data.metrics["final_rel_l2"], rtol=1e-10, atol=0)
     np.testing.assert_array_equal(field(points), result.field(points))
     # The artifacts sit beside the store the user chose, as the default store's do.

@@ -33,7 +33,8 @@ from helpers.processes import SWEEP, finish, run_logged, start
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
-from teng_eq import analysis, report
+from teng_eq.analysis import compare as analysis
+from teng_eq.analysis import report
 from teng_eq.search.sweeper import config_dir_words
 from teng_eq.tracking import open_client
 
@@ -87,7 +88,8 @@ def _agree(study, runs: dict) -> None:
             assert t.user_attrs["failure_reason"] == run.data.tags["failure_reason"]
 
 
-def _wait_for_steps(uri: str, proc: subprocess.Popen, trial: int, steps: int, deadline_s: float = 240) -> None:
+def _wait_for_steps(uri: str, proc: subprocess.Popen, trial: int, steps: int,
+                    deadline_s: float = 240) -> None:
     """Poll the store until trial ``trial``'s run holds ``steps`` points of ``step_loss``."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
@@ -117,7 +119,7 @@ def test_a_diverging_trial_is_pruned_and_failed_and_the_search_goes_on(tmp_path)
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(storage=storage, study_name=name, directions=["minimize", "minimize"])
     orphan = study.ask()
-    orphan.suggest_categorical("dt", ["0.005", "0.008"])  # asked, then the search stopped
+    asked = orphan.suggest_categorical("dt", ["0.005", "0.008"])  # asked, then the search stopped
     code, log = run_logged(_search(tmp_path, "dt=choice(0.005,0.008)", "hydra.sweeper.n_trials=2",
                              f"hydra.sweeper.study={name}", toy=toy), tmp_path, "diverging")
     assert code == 0, log[-3000:]
@@ -126,11 +128,15 @@ def test_a_diverging_trial_is_pruned_and_failed_and_the_search_goes_on(tmp_path)
     runs = _trial_runs(tmp_path)
     _agree(study, runs)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.PRUNED] * 2
-    assert study.trials[0].params == {"dt": "0.005"} or study.trials[0].params == {"dt": "0.008"}
+    # Trial 0 is the orphan, run with the value the study recorded for it when it was asked
+    # (not a value drawn again by the search): its run's dt is that value.
+    assert study.trials[0].params == {"dt": asked}
+    assert float(runs[0].data.params["dt"]) == float(asked), (asked, runs[0].data.params["dt"])
     for run in runs.values():
         assert run.data.tags["failure_reason"].startswith("Diverged: teng_heun diverged at step 3 ")
     assert f"study {name} ({storage}): 2 trials: 2 pruned" in log
-    (parent,) = [r for r in all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}") if r.data.tags["run_kind"] == "sweep"]
+    (parent,) = [r for r in all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+                 if r.data.tags["run_kind"] == "sweep"]
     assert parent.info.status == "FINISHED" and parent.data.tags["study"] == name
 
 
@@ -150,8 +156,8 @@ def interrupted_then_continued(tmp_path_factory):
     stopped = {"study": [(t.number, t.state) for t in _study(tmp).trials], "runs": _trial_runs(tmp)}
     # The same command, asking for the cheapest trial below an error of 100 (not the baseline: 2.6e2).
     second_code, second = run_logged([*cmd, "hydra.sweeper.target=100"], tmp, "second")
-    return {"tmp": tmp, "cmd": cmd, "code": code, "log": first, "stopped": stopped, "second_code": second_code,
-            "second_log": second}
+    return {"tmp": tmp, "cmd": cmd, "code": code, "log": first, "stopped": stopped,
+            "second_code": second_code, "second_log": second}
 
 
 def test_ctrl_c_stops_the_search_with_its_trial_running(interrupted_then_continued):
@@ -160,7 +166,8 @@ def test_ctrl_c_stops_the_search_with_its_trial_running(interrupted_then_continu
     assert "Traceback" not in t["log"]
     assert t["stopped"]["study"] == [(0, optuna.trial.TrialState.RUNNING)]
     (run,) = t["stopped"]["runs"].values()
-    assert run.info.status == "KILLED" and run.data.tags["killed_reason"].startswith("SIGINT (signal 2) after step")
+    assert (run.info.status == "KILLED"
+            and run.data.tags["killed_reason"].startswith("SIGINT (signal 2) after step"))
 
 
 def test_the_same_command_continues_the_study_losing_and_repeating_nothing(interrupted_then_continued):
@@ -178,7 +185,8 @@ def test_the_same_command_continues_the_study_losing_and_repeating_nothing(inter
     assert sorted(steps) == list(range(1, 17))  # dt=0.005: 16 steps, each logged once
     assert "trial 0 was left unfinished (its run" in t["second_log"] and "resuming it" in t["second_log"]
     assert "3 trials: 3 complete" in t["second_log"] and "3 trial runs: 3 FINISHED" in t["second_log"]
-    sweeps = [r for r in all_runs(f"sqlite:///{t['tmp'] / 'mlflow.db'}") if r.data.tags["run_kind"] == "sweep"]
+    sweeps = [r for r in all_runs(f"sqlite:///{t['tmp'] / 'mlflow.db'}")
+              if r.data.tags["run_kind"] == "sweep"]
     assert len(sweeps) == 1 and sweeps[0].info.status == "FINISHED"  # one parent, reopened
 
 
@@ -191,7 +199,8 @@ def test_the_target_mode_answers_with_a_command_that_reproduces_the_trial(interr
     assert best.number != 0  # the baseline's error is 2.6e2
     lines = t["second_log"].splitlines()
     (i,) = [k for k, line in enumerate(lines) if line.startswith("target global_rel_l2 <= 100: ")]
-    assert lines[i].startswith(f"target global_rel_l2 <= 100: trial {best.number} is the cheapest that reaches it")
+    assert lines[i].startswith(f"target global_rel_l2 <= 100: trial {best.number} "
+                               "is the cheapest that reaches it")
     command = shlex.split(lines[i + 1])
     assert command[:2] == ["python", str(SWEEP)] and command[-1] == "resume=false"
     code, log = run_logged([sys.executable, *command[1:]], t["tmp"], "rerun")
@@ -235,7 +244,8 @@ def test_the_fronts_table_shows_every_searched_key():
                        "method.iters": [7, 7, 3], "subsample_first": [512, 384, 384],
                        "method.integrator": ["heun", "bs3", "bs3"], "progress": [False] * 3,
                        "global_rel_l2": [1e-7, 2e-7, 1e-6], "runtime_s": [30.0, 10.0, 5.0]})
-    assert analysis.varied_axes(df) == ["method", "dt"]  # for a grid's labels: dt already tells the runs apart
+    # for a grid's labels: dt already tells the runs apart
+    assert analysis.varied_axes(df) == ["method", "dt"]
     assert analysis.frontier_axes(df) == ["method", "dt", "iters", "subsample_first"]
 
 

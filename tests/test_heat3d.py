@@ -16,9 +16,9 @@ from helpers.figures import assert_saved, keep_figures
 from helpers.numerics import pointwise_roundoff
 from helpers.processes import run_script
 
+from teng_eq.domains.quadrature import grid_points
 from teng_eq.equations.heat3d import A000, A, B
-from teng_eq.grid import grid_points
-from teng_eq.model import parameter_count
+from teng_eq.network.paper import parameter_count
 from teng_eq.reference import save_npz
 
 # --- 3-D heat ----------------------------------------------------------------------------
@@ -109,18 +109,19 @@ def test_heat3d_save_npz_and_script(tmp_path, heat3d):
         assert data["u"].shape == (2, 6, 6, 6)
         # Measured 1.5e-16 (bound U0_ROUNDOFF, 5.9e-15).
         np.testing.assert_allclose(data["u"][0].ravel(), heat3d.u0(data["x"].T), rtol=0, atol=U0_ROUNDOFF)
-    proc = run_script("reference.py", "equation=heat3d", "t_final=0.5", "grid=8", "out=ref.npz", "cache_dir=false",
-                      cwd=tmp_path)
+    proc = run_script("reference.py", "equation=heat3d", "t_final=0.5", "grid=8", "out=ref.npz",
+                      "cache_dir=false", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     with np.load(tmp_path / "ref.npz") as data:
         assert data["u"].shape == (1, 8, 8, 8)
-        np.testing.assert_allclose(data["u"][0].ravel(), heat3d.reference([0.5]).values(0, 8), rtol=0, atol=1e-15)
+        np.testing.assert_allclose(data["u"][0].ravel(), heat3d.reference([0.5]).values(0, 8), rtol=0,
+                                   atol=1e-15)
 
 
 def test_density_plot_of_a_3d_run_is_a_slice(tmp_path, heat3d, monkeypatch):
     """The density figure of a 3-D run draws the mid-plane x₃ = π (it says so in its title):
     each panel's data is that slice of its field (x along the horizontal axis)."""
-    from teng_eq import plots
+    from teng_eq.analysis import plots
 
     figures = keep_figures(monkeypatch)
     ev = heat3d.evaluation(8)

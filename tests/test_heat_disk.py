@@ -16,15 +16,18 @@ from helpers.figures import assert_saved, keep_figures
 from helpers.numerics import pointwise_roundoff, sum_roundoff
 from helpers.processes import run_script
 
+from teng_eq.domains.disk import circle_points, disk_quadrature
+from teng_eq.domains.quadrature import Quadrature
 from teng_eq.equations import operator
 from teng_eq.equations.heat_disk import PAPER_DISK, disk_harmonic
 from teng_eq.errors import ConfigError
-from teng_eq.grid import Quadrature, circle_points, disk_quadrature
-from teng_eq.integrators import HEUN, TENGStep
-from teng_eq.model import ParamSpace, TENGNet, parameter_count
+from teng_eq.fit.stage import StageLog, StageSolver
+from teng_eq.network.paper import TENGNet, parameter_count
+from teng_eq.network.space import ParamSpace
 from teng_eq.reference import save_npz
 from teng_eq.reference.bessel import bessel_zero, disk_harmonics
-from teng_eq.stage import StageLog, StageSolver
+from teng_eq.stepping.explicit import TENGStep
+from teng_eq.stepping.tableau import HEUN
 
 # --- the disk: exact solution, quadrature ---------------------------------------------------
 
@@ -120,7 +123,7 @@ def test_disk_quadratures_layout(disk):
     w = np.asarray(fit.weights)[np.asarray(fit.boundary)]
     np.testing.assert_allclose(w, disk.boundary_weight * 2 * math.pi / 16, rtol=1e-14, atol=0)  # 3 roundings
     assert held.boundary is not None and ev.boundary is None and ev.points.shape == (256, 2)
-    assert np.hypot(*np.asarray(disk.boundary_points(24)).T) == pytest.approx(1.0)
+    assert np.hypot(*np.asarray(disk.domain.boundary_points(24)).T) == pytest.approx(1.0)
 
 
 # --- Cartesian network, weighted rows, boundary rows -------------------------------------------
@@ -138,7 +141,8 @@ def test_cartesian_network_factored_jacobian_equals_autodiff():
     gcol, hcol = net.factor_columns()
     J_ref = jax.vmap(jax.grad(lambda th, p: space.network(th)(p)), (None, 0))(theta, x)
     np.testing.assert_allclose(u, space.apply(theta, x), rtol=0, atol=1e-14)
-    np.testing.assert_allclose(G[:, gcol] * H[:, hcol], J_ref, rtol=0, atol=1e-13 * float(jnp.abs(J_ref).max()))
+    np.testing.assert_allclose(G[:, gcol] * H[:, hcol], J_ref, rtol=0,
+                               atol=1e-13 * float(jnp.abs(J_ref).max()))
 
 
 def test_stage_solver_with_point_weights_is_the_weighted_least_squares():
@@ -157,7 +161,8 @@ def test_stage_solver_with_point_weights_is_the_weighted_least_squares():
     th_w, loss_w, _ = weighted.iteration(theta, target, key, 48)
     th_d, loss_d, _ = doubled.iteration(theta, jnp.concatenate([target, target[:100]]), key, 48)
     assert float(loss_w) == pytest.approx(float(loss_d), rel=1e-12)
-    np.testing.assert_allclose(th_w - theta, th_d - theta, rtol=0, atol=1e-8 * float(jnp.abs(th_d - theta).max()))
+    np.testing.assert_allclose(th_w - theta, th_d - theta, rtol=0,
+                               atol=1e-8 * float(jnp.abs(th_d - theta).max()))
     # …and the weights matter: the same points with one weight take another step.
     th_u, _, _ = StageSolver(space, Quadrature(pts, 0.01), solver="qr", damping=0.0).iteration(
         theta, target, key, 48)
@@ -234,7 +239,7 @@ def test_disk_save_npz_and_script(tmp_path, disk):
 def test_density_plot_on_the_disk(tmp_path, disk, monkeypatch):
     """On scattered points the panels are colour maps on the disk's own points: each
     panel's data is its field at the evaluation points, in their order."""
-    from teng_eq import plots
+    from teng_eq.analysis import plots
 
     figures = keep_figures(monkeypatch)
     ev = disk.evaluation(16)
@@ -254,7 +259,7 @@ def test_density_plot_on_the_disk(tmp_path, disk, monkeypatch):
 def test_teng_heun_holds_the_boundary_at_cpu_size(cache_dir):
     """TENG-Heun at the disk's CPU default: |û| ≤ 1e-5 on the circle (between the fit's
     boundary nodes) at every step, and the error on the disk stays small."""
-    from teng_eq.simulation import run_simulation
+    from teng_eq.run.simulation import run_simulation
 
     records = []
     result = run_simulation(make_config("equation=heat_disk"), on_step=records.append, cache_dir=cache_dir)

@@ -1,5 +1,5 @@
 """θ₀ on its own terms: its own grid (``fit.grid``), each stage's budget, and the damping
-of stage 2's plain iterations (:func:`teng_eq.initial_fit.value_stage`)."""
+of stage 2's plain iterations (:func:`teng_eq.fit.theta0.value_stage`)."""
 
 import dataclasses
 import functools
@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from helpers.configs import make_config
 
-from teng_eq import initial_fit
-from teng_eq.grid import rotated
-from teng_eq.initial_fit import CHUNK, FitReport, resolve_init
-from teng_eq.model import ParamSpace
-from teng_eq.simulation import build_method
-from teng_eq.stage import StageSolver
+from teng_eq.domains.quadrature import rotated
+from teng_eq.fit import theta0 as initial_fit
+from teng_eq.fit.iterate import CHUNK
+from teng_eq.fit.stage import StageSolver
+from teng_eq.fit.theta0 import FitReport, resolve_init
+from teng_eq.network.space import ParamSpace
+from teng_eq.run.simulation import build_method
 
 
 def test_theta0_is_fitted_on_its_own_grid_and_shared_by_runs_on_any_grid(tmp_path, monkeypatch):
@@ -31,7 +32,8 @@ def test_theta0_is_fitted_on_its_own_grid_and_shared_by_runs_on_any_grid(tmp_pat
                                 stage1_s=1.0, stage2_s=1.0, stage2_damping=1e-8)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
-    small = ("equation.initial_condition=sines2d", "subsample_first=256", "subsample=256", "network.init=paper")
+    small = ("equation.initial_condition=sines2d", "subsample_first=256", "subsample=256",
+             "network.init=paper")
     base = (*small, "fit.grid=48")
     method = build_method(make_config(*base, "grid=16"), cache_dir=tmp_path)
     assert fitted == [48 * 48]
@@ -53,7 +55,7 @@ def test_odd_init_needs_every_grid_symmetric():
 
 
 def test_stage2_raises_its_damping_only_where_the_iterations_are_stuck(monkeypatch):
-    """:func:`~teng_eq.initial_fit.value_stage` keeps the first damping whose plain
+    """:func:`~teng_eq.fit.theta0.value_stage` keeps the first damping whose plain
     iterations make progress, tenfold steps from ``fit.damping``, and ends at the last
     try's result when none does."""
     cfg = make_config("equation.initial_condition=sines2d", "grid=16", "network.init=paper")
@@ -73,7 +75,8 @@ def test_stage2_raises_its_damping_only_where_the_iterations_are_stuck(monkeypat
     quadrature = cfg.equation.quadrature(16)
     for moves_from, expected in ((1e-9, [1e-9]), (1e-8, [1e-9, 1e-8]), (1.0, [1e-9, 1e-8, 1e-7])):
         tried.clear()
-        fitted, loss, damping = initial_fit.value_stage(space, quadrature, theta, jnp.zeros(256), fit, key=None)
+        fitted, loss, damping = initial_fit.value_stage(space, quadrature, theta, jnp.zeros(256), fit,
+                                                        key=None)
         assert [d for d, _ in tried] == pytest.approx(expected) and damping == pytest.approx(expected[-1])
         assert [g for _, g in tried] == [True] * (len(expected) - 1) + [len(expected) < 3]
         moved = moves_from <= expected[-1]
@@ -124,9 +127,9 @@ def test_only_a_fresh_sampled_box_moves_theta0s_points(tmp_path, monkeypatch):
 
     def fit(net, u0, quadrature, *, key, fit, log=None, move=None):  # records what it was handed
         moves.append(move)
-        return ParamSpace(net).flatten(net), FitReport(stage1_loss=1e-8, stage2_loss=1e-16, stage2_rel_loss=1e-16,
-                                                       converged=True, stage1_s=1.0, stage2_s=1.0,
-                                                       stage2_damping=1e-8)
+        return ParamSpace(net).flatten(net), FitReport(stage1_loss=1e-8, stage2_loss=1e-16,
+                                                       stage2_rel_loss=1e-16, converged=True, stage1_s=1.0,
+                                                       stage2_s=1.0, stage2_damping=1e-8)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     for fresh in ("true", "false"):

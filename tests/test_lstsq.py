@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from helpers.numerics import sum_roundoff
 
-from teng_eq.lstsq import SOLVERS, gram, least_squares, least_squares_rows, row_blocks
-from teng_eq.results import RESULTS
+from teng_eq.fit.lstsq import SOLVERS, gram, least_squares, least_squares_rows, row_blocks
+from teng_eq.fit.results import RESULTS
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

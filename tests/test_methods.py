@@ -1,7 +1,7 @@
 """The paper's baselines (TDVP-RK4, OBTI-Adam/L-BFGS, PINN-BFGS/ENGD) against exact
 answers: models linear in θ whose flows and minima are known in closed form, an
 exact heat solution fed to the PINN residual, the ENGD step against a dense
-least squares, and short runs through :func:`teng_eq.simulation.run_simulation`
+least squares, and short runs through :func:`teng_eq.run.simulation.run_simulation`
 on the tiny ``sines2d`` problem (32² grid).
 """
 
@@ -17,20 +17,20 @@ from helpers.stops import Stop, stop_at
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
-from teng_eq.checkpoint import CheckpointStore
+from teng_eq.domains.quadrature import Quadrature, cell_volume, grid_points
 from teng_eq.equations.heat import Heat
 from teng_eq.errors import ConfigError
-from teng_eq.grid import Quadrature, cell_volume, grid_points
-from teng_eq.integrators import RK4
-from teng_eq.lstsq import SOLVERS
+from teng_eq.fit.lstsq import SOLVERS
+from teng_eq.fit.results import event_counts
+from teng_eq.fit.stage import StageSolver
 from teng_eq.methods.base import StepInputs
 from teng_eq.methods.obti import OBTILBFGS, OBTIAdam
 from teng_eq.methods.pinn import pde_residual
 from teng_eq.methods.tdvp import TDVP
-from teng_eq.model import ParamSpace
-from teng_eq.results import event_counts
-from teng_eq.simulation import build_method, run_simulation
-from teng_eq.stage import StageSolver
+from teng_eq.network.space import ParamSpace
+from teng_eq.run.checkpoint import CheckpointStore
+from teng_eq.run.simulation import build_method, run_simulation
+from teng_eq.stepping.tableau import RK4
 
 NU = 0.1
 WAVES = np.array([[1, 0], [0, 1], [1, 1], [2, -1], [1, 2], [3, 0]])  # k, one per parameter
@@ -39,7 +39,7 @@ WAVES = np.array([[1, 0], [0, 1], [1, 1], [2, -1], [1, 2], [3, 0]])  # k, one pe
 class Fourier(eqx.Module):
     """``û_c(x) = Σ_j c_j cos(k_j·x)``: linear in θ = c, each mode an eigenfunction of Δ
     (``Δ cos(k·x) = −|k|² cos(k·x)``), with the factored-Jacobian interface of
-    :class:`teng_eq.model.TENGNet` (G = 1, H = the modes)."""
+    :class:`teng_eq.network.paper.TENGNet` (G = 1, H = the modes)."""
 
     c: Float[Array, " modes"]
 
@@ -66,7 +66,8 @@ def fourier_problem(n=16):
 
 
 def _tdvp(space, c, quadrature, heat, solver="qr", dt=0.1, subsample=None):
-    return TDVP(n_steps=1, space=space, theta0=c, report=None, solver=StageSolver(space, quadrature, solver, 1e-7),
+    return TDVP(n_steps=1, space=space, theta0=c, report=None,
+                solver=StageSolver(space, quadrature, solver, 1e-7),
                 equation=heat, tableau=RK4, dt=dt, subsample=subsample or len(WAVES))
 
 
@@ -186,7 +187,8 @@ def test_obti_step_on_the_network(warm_cache, name):
     losses = np.asarray(info.losses)[0]
     target = np.asarray(obti.target(obti.theta0))
     quadrature = cfg.equation.quadrature(32)
-    first = float(np.sum(quadrature.weights * (obti.space.apply(obti.theta0, quadrature.points) - target) ** 2))
+    first = float(np.sum(quadrature.weights
+                         * (obti.space.apply(obti.theta0, quadrature.points) - target) ** 2))
     assert losses[0] == pytest.approx(first, rel=1e-12)  # the loss is TENG's, on TENG's grid
     assert losses[-1] < 0.7 * losses[0]
     if name == "obti_lbfgs":

@@ -1,6 +1,6 @@
 import numpy as np
 
-from teng_eq.metrics import global_relative_l2, squared_norms
+from teng_eq.run.metrics import global_relative_l2, squared_norms
 
 
 def test_squared_norms_give_the_relative_error():

@@ -7,8 +7,9 @@ import pytest
 from helpers.configs import make_config
 from helpers.numerics import EPS
 
-from teng_eq.grid import grid_points
-from teng_eq.model import ParamSpace, TENGNet, parameter_count
+from teng_eq.domains.quadrature import grid_points
+from teng_eq.network.paper import TENGNet, parameter_count
+from teng_eq.network.space import ParamSpace
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,8 @@ def test_factored_jacobian_equals_autodiff_linear_embedding():
     G, H = Gt.T, Ht.T
     gcol, hcol = net.factor_columns()
     J_ref = jax.vmap(jax.grad(lambda th, p: space.network(th)(p)), (None, 0))(space.flatten(net), x)
-    np.testing.assert_allclose(G[:, gcol] * H[:, hcol], J_ref, rtol=0, atol=1e-13 * float(jnp.abs(J_ref).max()))
+    np.testing.assert_allclose(G[:, gcol] * H[:, hcol], J_ref, rtol=0,
+                               atol=1e-13 * float(jnp.abs(J_ref).max()))
 
 
 def _first_layer_preactivations(net, points):
@@ -91,7 +93,8 @@ def test_jacobian_has_no_structural_null_directions(seed):
     pts = grid_points(32, (2 * math.pi, 2 * math.pi))
     sv = {}
     for activation in ("tanh", "identity"):
-        net = TENGNet(features=4, width=8, depth=4, key=jax.random.PRNGKey(seed), embedding_activation=activation)
+        net = TENGNet(features=4, width=8, depth=4, key=jax.random.PRNGKey(seed),
+                      embedding_activation=activation)
         _, Gt, Ht = net.jacobian_factors_t(pts)
         G, H = Gt.T, Ht.T
         gcol, hcol = net.factor_columns()

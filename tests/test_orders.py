@@ -26,8 +26,8 @@ from teng_eq.methods.base import StepInputs
 
 T_FINAL = 0.8
 #: grid 16: resolves the modes (|k|∞ ≤ 3) exactly; all 12 parameters drawn in every fit.
-SETUP = ["equation=heat", "equation.initial_condition=sines2d", "grid=16", "subsample_first=12", "subsample=12",
-         "estimate=none", f"t_final={T_FINAL}"]
+SETUP = ["equation=heat", "equation.initial_condition=sines2d", "grid=16", "subsample_first=12",
+         "subsample=12", "estimate=none", f"t_final={T_FINAL}"]
 
 
 def _run(method, step, rates, dt: float):
@@ -52,7 +52,7 @@ CASES = [
     pytest.param(["method=teng_heun", "method.integrator=heun_fsal"], 2, 3, [0.05, 0.1, 0.2], id="heun_fsal"),
     pytest.param(["method=teng_bs3"], 3, 3, [0.05, 0.1, 0.2], id="bs3"),
     pytest.param(["method=teng_rk4"], 4, 4, [0.1, 0.2, 0.4], id="rk4"),
-    # Implicit and IMEX (teng_eq.implicit); embedded estimates for cn, sdirk2, sdirk3, sdirk4.
+    # Implicit and IMEX (teng_eq.stepping.implicit); embedded estimates for cn, sdirk2, sdirk3, sdirk4.
     # The IMEX pairs on heat split as S = 0.7νΔ implicit, N = 0.3νΔ explicit, so that both
     # tableaux and their coupling act (the short form's own split would leave N = 0).
     pytest.param(["method=teng_beuler"], 1, None, [0.025, 0.05, 0.1], id="beuler"),

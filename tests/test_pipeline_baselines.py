@@ -16,10 +16,10 @@ from helpers.processes import job_env, run_script, run_sweep
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from teng_eq.config import RunConfig
-from teng_eq.grid import grid_points
-from teng_eq.metrics import squared_norms
-from teng_eq.simulation import load_network
+from teng_eq.domains.quadrature import grid_points
+from teng_eq.run.config import RunConfig
+from teng_eq.run.metrics import squared_norms
+from teng_eq.run.simulation import load_network
 
 METHODS = ["teng_euler", "teng_heun", "tdvp_rk4", "obti_adam", "obti_lbfgs", "pinn_bfgs", "pinn_engd"]
 DT = {"heat": 0.005, "allen_cahn": 0.005, "burgers": 0.001}
@@ -95,8 +95,8 @@ def pinn_table(tmp_path_factory, warm_cache):
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     run_sweep(tmp, uri, warm_cache, "experiment=table1_cpu",
               "hydra.sweeper.params={table1_case: 'heat-pinn_bfgs,heat-pinn_engd'}",
-              "++method.iterations=20", "++method.block=10", "++method.collocation=256", "++method.initial=16",
-              tiny=TINY_SWEEP_NO_GRID)
+              "++method.iterations=20", "++method.block=10", "++method.collocation=256",
+              "++method.initial=16", tiny=TINY_SWEEP_NO_GRID)
     return tmp, uri
 
 

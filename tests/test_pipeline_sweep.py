@@ -13,12 +13,12 @@ from helpers.processes import run_script, run_sweep
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from teng_eq.analysis import pareto_front
-from teng_eq.cache import compilation_folder
-from teng_eq.config import RunConfig
-from teng_eq.grid import grid_points
-from teng_eq.metrics import squared_norms
-from teng_eq.simulation import load_network
+from teng_eq.analysis.compare import pareto_front
+from teng_eq.cache.files import compilation_folder
+from teng_eq.domains.quadrature import grid_points
+from teng_eq.run.config import RunConfig
+from teng_eq.run.metrics import squared_norms
+from teng_eq.run.simulation import load_network
 
 ARTIFACTS = {
     "config/config.yaml", "config/.hydra/config.yaml", "config/.hydra/hydra.yaml",
@@ -75,7 +75,7 @@ def test_multirun_is_one_parent_with_a_child_per_job(sweep_store):
 
 def test_jobs_keep_their_compiled_programs_in_the_run_cache(sweep_store, warm_cache):
     """The jobs turned on jax's persistent compilation cache in the cache folder they
-    were given, under the machine's own subfolder (teng_eq.cache.compilation_folder)."""
+    were given, under the machine's own subfolder (teng_eq.cache.files.compilation_folder)."""
     folder = compilation_folder(warm_cache)
     assert folder.parent == warm_cache / "xla"
     assert any(folder.glob("*-cache")), sorted(p.name for p in (warm_cache / "xla").rglob("*"))

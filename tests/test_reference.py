@@ -20,8 +20,8 @@ from helpers.numerics import (
 )
 from helpers.processes import run_script
 
+from teng_eq.domains.quadrature import grid_axes
 from teng_eq.equations.periodic import SQUARE_INITIAL_CONDITIONS, paper_initial_condition
-from teng_eq.grid import grid_axes
 from teng_eq.reference import (
     ExactFourier,
     Pseudospectral,
@@ -105,7 +105,10 @@ def test_at_coarser_samples_exactly(m):
 def test_at_non_square_domain():
     lengths = (2.0, 3.0)
     x, y = mesh(12, lengths)
-    f = lambda x, y: np.sin(2 * math.pi * 2 * x / 2.0) * np.cos(2 * math.pi * 3 * y / 3.0)
+
+    def f(x, y):
+        return np.sin(2 * math.pi * 2 * x / 2.0) * np.cos(2 * math.pi * 3 * y / 3.0)
+
     sol = SpectralSolution(np.array([0.0]), np.fft.rfft2(f(x, y))[None], lengths)
     xm, ym = mesh(40, lengths)
     u = f(xm, ym)
@@ -191,7 +194,8 @@ def test_other_initial_condition_heat_analytic(monkeypatch):
     sol = heat_exact(eq, [t], n_modes=16)
     np.testing.assert_allclose(sol.at(0, 24), exact, rtol=0, atol=closed_form)
     num = HEAT_ETDRK4.solution(eq, [t], n=16, dt=0.1, cache_dir=False)
-    np.testing.assert_allclose(num.at(0, 24), exact, rtol=0, atol=closed_form + pointwise_roundoff(15 * 20, 1.5))
+    np.testing.assert_allclose(num.at(0, 24), exact, rtol=0,
+                               atol=closed_form + pointwise_roundoff(15 * 20, 1.5))
 
 
 def test_heat_spectral_solve_matches_exact():
@@ -282,7 +286,8 @@ def test_reference_solution_cache(tmp_path, monkeypatch):
     monkeypatch.setitem(SQUARE_INITIAL_CONDITIONS, "two_modes", two_modes)
     other = reference_solution(make_equation("allen_cahn", "equation.initial_condition=two_modes"), times,
                                cache_dir=tmp_path, n=32, dt=0.01)
-    reference_solution(make_equation("allen_cahn", "equation.nu=0.01"), times, cache_dir=tmp_path, n=32, dt=0.01)
+    reference_solution(make_equation("allen_cahn", "equation.nu=0.01"), times, cache_dir=tmp_path, n=32,
+                       dt=0.01)
     assert len(list(tmp_path.glob("reference-*.npz"))) == 4
     assert not np.allclose(other.spectrum(0), first.spectrum(0))
 
@@ -322,8 +327,8 @@ def test_save_npz(tmp_path):
 
 
 def test_script_writes_npz(tmp_path):
-    proc = run_script("reference.py", "equation=allen_cahn", "t_final=0.1", "save_times=[0.05,0.1]", "grid=64",
-                      "out=ref.npz", "n=32", f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
+    proc = run_script("reference.py", "equation=allen_cahn", "t_final=0.1", "save_times=[0.05,0.1]",
+                      "grid=64", "out=ref.npz", "n=32", f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     with np.load(tmp_path / "ref.npz") as data:
         np.testing.assert_array_equal(data["t"], [0.05, 0.1])

@@ -18,7 +18,7 @@ from helpers.mlflow_store import all_runs
 from helpers.processes import job_env, sweep_command
 from mlflow.tracking import MlflowClient
 
-from teng_eq.simulation import run_simulation
+from teng_eq.run.simulation import run_simulation
 from teng_eq.tracking import is_stale
 
 #: Jobs 0 and 1 take 2 and 4 steps; job 2 takes 20, long enough to be killed midway.

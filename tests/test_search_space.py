@@ -16,7 +16,7 @@ from helpers.processes import SWEEP, job_env
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from teng_eq.errors import ConfigError
-from teng_eq.preflight import check_group_choices, preflight
+from teng_eq.jobs.preflight import check_group_choices, preflight
 from teng_eq.search.space import baseline_params, check_options, parse_space
 from teng_eq.search.study import cheapest, default_storage, front, objective_values, study_name
 
@@ -26,8 +26,9 @@ def _space(params=None, *arguments):
 
 
 def test_each_sweep_expression_is_its_distribution():
-    space = _space({"dt": "choice(0.004, 0.005)", "iters": "range(2,8)", "x": "tag(log, interval(1e-7, 1e-4))",
-                    "n": "tag(log, range(64, 1025))", "k": "tag(int, interval(2.5, 9.5))"},
+    space = _space({"dt": "choice(0.004, 0.005)", "iters": "range(2,8)",
+                    "x": "tag(log, interval(1e-7, 1e-4))", "n": "tag(log, range(64, 1025))",
+                    "k": "tag(int, interval(2.5, 9.5))"},
                    "method=teng_heun,teng_rk4", "progress=false")
     d = space.distributions()
     assert d["dt"] == optuna.distributions.CategoricalDistribution(["0.004", "0.005"])
@@ -39,8 +40,8 @@ def test_each_sweep_expression_is_its_distribution():
     assert space.fixed == ("progress=false",)
     # A trial's overrides reproduce what was typed, floats exactly.
     params = {"dt": "0.005", "iters": 3, "x": 1 / 3 * 1e-5, "n": 100, "k": 4, "method": "teng_rk4"}
-    assert space.overrides(params) == ["progress=false", "dt=0.005", "iters=3", f"x={1 / 3 * 1e-5!r}", "n=100",
-                                       "k=4", "method=teng_rk4"]
+    assert space.overrides(params) == ["progress=false", "dt=0.005", "iters=3", f"x={1 / 3 * 1e-5!r}",
+                                       "n=100", "k=4", "method=teng_rk4"]
     assert float(space.overrides(params)[3].split("=")[1]) == params["x"]
 
 
@@ -53,7 +54,8 @@ def test_the_checked_points_cover_every_choice_the_ends_and_the_middle():
     assert [float(v) for v in by_key["x"]] == pytest.approx([1e-6, 1e-4, 1e-2], rel=1e-12)  # geometric middle
     assert by_key["n"] == ["10", "54", "99"]
     jobs = space.check_points()
-    assert len(jobs) == 6  # as many as the longest axis has values; here the last is the corner of last values
+    # as many as the longest axis has values; here the last is the corner of last values
+    assert len(jobs) == 6
     assert jobs[0] == ["dt=0.004", "iters=2", "x=1e-06", "n=10"]  # all first
     assert jobs[-1] == ["dt=0.005", "iters=7", "x=0.01", "n=99"]  # all last
     assert _space({"a": "choice(1,2,3)", "b": "choice(1,2)"}).check_points() == [
@@ -72,10 +74,13 @@ def test_the_last_expression_of_a_key_wins_and_an_added_key_stays_added():
 
 @pytest.mark.parametrize("arguments, message", [
     (["dt=interval(0.02,0.01)"], "search space dt=interval(0.02,0.01): needs low < high (got 0.02 and 0.01)"),
-    (["dt=tag(log,interval(0,1))"], "search space dt=tag(log,interval(0,1)): a log scale needs low > 0 (got 0.0)"),
-    (["dt=tag(foo,interval(1,2))"], "search space dt=tag(foo,interval(1,2)): unknown tag 'foo' (known: log, int)"),
+    (["dt=tag(log,interval(0,1))"],
+     "search space dt=tag(log,interval(0,1)): a log scale needs low > 0 (got 0.0)"),
+    (["dt=tag(foo,interval(1,2))"],
+     "search space dt=tag(foo,interval(1,2)): unknown tag 'foo' (known: log, int)"),
     (["iters=range(3,4)"], "search space iters=range(3,4): the range holds fewer than two values"),
-    (["iters=tag(log,range(1,9,2))"], "search space iters=tag(log,range(1,9,2)): a log-scale range steps by 1"),
+    (["iters=tag(log,range(1,9,2))"],
+     "search space iters=tag(log,range(1,9,2)): a log-scale range steps by 1"),
     (["dt=choice(0.01)"], "search space dt=choice(0.01): a choice needs at least two values"),
     (["dt=0.01", "iters=3"], "the frontier search has no axis to search"),
     (["dt=choice(0.01"], "search space: "),
@@ -99,7 +104,8 @@ def test_a_bad_sweeper_key_is_one_line(key, value, message):
     keys = {"n_trials": 30, "n_jobs": 1, "sampler": "tpe", "startup_trials": 10, "error": "global_rel_l2",
             "cost": "runtime_s", "target": None}
     check_options(**keys)
-    with pytest.raises(ConfigError, match="^invalid config: " + message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError,
+                       match="^invalid config: " + message.replace("(", r"\(").replace(")", r"\)")):
         check_options(**{**keys, key: value})
 
 
@@ -108,16 +114,21 @@ def test_the_baseline_is_the_configs_own_point_when_the_space_holds_it():
     assert baseline_params(space, {"dt": "0.005", "iters": "7", "x": "1e-5"}) == (
         {"dt": "0.005", "iters": 7, "x": 1e-5}, [])
     assert baseline_params(space, {"dt": "5e-3", "iters": "7", "x": "1e-5"})[0]["dt"] == "0.005"  # as written
-    assert baseline_params(space, {"dt": "0.02", "iters": "8", "x": "None"})[1] == ["dt=0.02", "iters=8", "x=None"]
+    assert (baseline_params(space, {"dt": "0.02", "iters": "8", "x": "None"})[1]
+            == ["dt=0.02", "iters=8", "x=None"])
 
 
 def test_the_study_is_named_by_the_search_not_by_its_bookkeeping(tmp_path):
-    a = _space({"dt": "choice(0.004,0.005)"}, "iters=3", "progress=false", f"tracking_uri=sqlite:///{tmp_path}/x.db")
+    a = _space({"dt": "choice(0.004,0.005)"}, "iters=3", "progress=false",
+               f"tracking_uri=sqlite:///{tmp_path}/x.db")
     b = _space({"dt": "choice(0.004,0.005)"}, "iters=3")
     c = _space({"dt": "choice(0.004,0.005)"}, "iters=4")
-    assert study_name("heat", a, "global_rel_l2", "runtime_s") == study_name("heat", b, "global_rel_l2", "runtime_s")
-    assert study_name("heat", b, "global_rel_l2", "runtime_s") != study_name("heat", c, "global_rel_l2", "runtime_s")
-    assert study_name("heat", b, "global_rel_l2", "runtime_s") != study_name("heat", b, "global_rel_l2", "job_s")
+    assert study_name("heat", a, "global_rel_l2", "runtime_s") == \
+        study_name("heat", b, "global_rel_l2", "runtime_s")
+    assert study_name("heat", b, "global_rel_l2", "runtime_s") != \
+        study_name("heat", c, "global_rel_l2", "runtime_s")
+    assert study_name("heat", b, "global_rel_l2", "runtime_s") != \
+        study_name("heat", b, "global_rel_l2", "job_s")
     assert default_storage(f"sqlite:///{tmp_path}/store/mlflow.db", tmp_path) == \
         f"sqlite:///{tmp_path}/store/optuna.db"
     assert default_storage("http://127.0.0.1:5000", tmp_path) == f"sqlite:///{tmp_path}/optuna.db"
@@ -125,7 +136,8 @@ def test_the_study_is_named_by_the_search_not_by_its_bookkeeping(tmp_path):
 
 def test_front_and_target_from_a_study():
     study = optuna.create_study(directions=["minimize", "minimize"])
-    points = [(1e-6, 3.0), (1e-7, 9.0), (5e-6, 1.0), (2e-6, 4.0), (1e-5, 2.0)]  # (2e-6, 4) and (1e-5, 2): dominated
+    # (2e-6, 4) and (1e-5, 2): dominated
+    points = [(1e-6, 3.0), (1e-7, 9.0), (5e-6, 1.0), (2e-6, 4.0), (1e-5, 2.0)]
     for values in points:
         study.add_trial(optuna.trial.create_trial(values=list(values), params={},
                                                   distributions={}))
@@ -135,8 +147,8 @@ def test_front_and_target_from_a_study():
     assert cheapest(study, 1e-8) is None
     assert objective_values({"global_rel_l2": 1e-6, "runtime_s": 2.0}, ("global_rel_l2", "runtime_s")) == \
         ([1e-6, 2.0], "")
-    assert objective_values({"global_rel_l2": math.nan, "runtime_s": 2.0}, ("global_rel_l2", "runtime_s")) == \
-        (None, "global_rel_l2 = nan")
+    assert objective_values({"global_rel_l2": math.nan, "runtime_s": 2.0},
+                            ("global_rel_l2", "runtime_s")) == (None, "global_rel_l2 = nan")
     assert objective_values({"runtime_s": 2.0}, ("est_global_rel_l2", "runtime_s")) == \
         (None, "the run has no metric est_global_rel_l2")
 
@@ -145,7 +157,8 @@ def test_front_and_target_from_a_study():
 
 
 def _toy_search(*extra):
-    return ["-m", "hydra/sweeper=frontier", *TOY, "equation.initial_condition=sines2d", "t_final=0.08", *extra]
+    return ["-m", "hydra/sweeper=frontier", *TOY, "equation.initial_condition=sines2d", "t_final=0.08",
+            *extra]
 
 
 def test_the_preflight_checks_the_points_of_a_search():
@@ -155,8 +168,8 @@ def test_the_preflight_checks_the_points_of_a_search():
 
 @pytest.mark.parametrize("extra, message", [
     # A fixed Δt must divide t_final: an interval's middle does not.
-    (["dt=interval(0.004,0.02)"], ("invalid config: t_final=0.08: must be a whole number of steps of dt=0.012 "
-                                   "(at the search's point dt=0.012)")),
+    (["dt=interval(0.004,0.02)"], ("invalid config: t_final=0.08: must be a whole number of steps "
+                                   "of dt=0.012 (at the search's point dt=0.012)")),
     (["foo=choice(1,2)"], ("invalid config: Could not override 'foo'. Key 'foo' is not in struct "
                            "(at the search's point foo=1)")),
     (["dt=choice(0.004,0.008)", "hydra.sweeper.sampler=grid"],
@@ -186,7 +199,8 @@ def test_a_group_axis_names_known_options_only():
 def test_a_bad_search_stops_pipeline_sweep_before_any_run(tmp_path):
     proc = subprocess.run([sys.executable, str(SWEEP), "experiment=frontier",
                            "iters=range(0,3)", f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=job_env(), check=False)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=job_env(),
+                          check=False)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         ("error: invalid config: iters=0: must be an integer >= 1 (at the search's point method=teng_heun "

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from helpers.configs import small
 
-from teng_eq.driver import lower_step
-from teng_eq.simulation import build_method, run_simulation
+from teng_eq.run.loop import lower_step
+from teng_eq.run.simulation import build_method, run_simulation
 
 #: TENG-Heun on heat, 20 steps. estimate=none: these runs test the steps; the estimate
 #: has tests/test_error_control.py (and costs each run the compilation of its fourth derivatives).

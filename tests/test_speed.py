@@ -3,8 +3,6 @@
 Speed itself is measured by ``pipeline/bench.py``, never by a timed test.
 """
 
-import importlib.util
-from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -13,11 +11,13 @@ import numpy as np
 import pytest
 from helpers.configs import small
 
-from teng_eq.benchmark import NaiveSolver, naive, solve_flops
-from teng_eq.integrators import HEUN, TENGStep
+from benchmarks.steps import step_at
+from benchmarks.timing import NaiveSolver, naive, solve_flops
+from teng_eq.fit.stage import StageSolver
 from teng_eq.methods.base import StepInputs
-from teng_eq.simulation import build_method, run_simulation
-from teng_eq.stage import StageSolver
+from teng_eq.run.simulation import build_method, run_simulation
+from teng_eq.stepping.explicit import TENGStep
+from teng_eq.stepping.tableau import HEUN
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 
@@ -94,7 +94,8 @@ def test_naive_iteration_gives_the_same_update(problem):
 def test_naive_step_is_the_same_step(problem):
     """A whole naive Heun step reaches the same loss level as the default one."""
     p, equation, _ = problem
-    step = TENGStep(HEUN, _solvers(problem)[0], equation, 0.004, 3, 2, 64, 48)
+    step = TENGStep(tableau=HEUN, solver=_solvers(problem)[0], equation=equation, dt=0.004, iters=3,
+                    iters_later=2, subsample_first=64, subsample=48)
     key = jax.random.PRNGKey(0)
     _, fast = jax.jit(step.__call__)(p.theta0, key)
     _, slow = jax.jit(naive(step).__call__)(p.theta0, key)
@@ -124,15 +125,11 @@ def test_solve_flops():
 def test_bench_builds_the_runs_step_at_other_sizes(problem):
     """``pipeline/bench.py`` times the step a run takes: its ``step_at`` on the run's own
     grid and sizes is the run's TENG step (same θ after one step), and other grids build."""
-    path = Path(__file__).resolve().parents[1] / "pipeline" / "bench.py"
-    spec = importlib.util.spec_from_file_location("bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     cfg, method = small(*STEPS), problem[0]
     o = cfg.method.options
     key = jax.random.PRNGKey(1)
-    mine = bench.step_at(method, cfg, o.grid, o.solver, o.subsample_first, o.subsample)
+    mine = step_at(method, cfg, o.grid, o.solver, o.subsample_first, o.subsample)
     np.testing.assert_array_equal(eqx.filter_jit(mine)(method.theta0, key)[0],
                                   eqx.filter_jit(method.step)(method.theta0, key, StepInputs())[0])
-    other = bench.step_at(method, cfg, 16, "qr", 64, 64)
+    other = step_at(method, cfg, 16, "qr", 64, 64)
     assert other.solver.points.shape == (256, 2) and other.holdout.points.shape == (256, 2)

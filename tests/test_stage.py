@@ -1,4 +1,5 @@
-"""One TENG stage: its loss falls by orders of magnitude in a few iterations; its\nparts (loss, subsets, stopping policies, solver events, the held-out check)."""
+"""One TENG stage: its loss falls by orders of magnitude in a few iterations; its
+parts (loss, subsets, stopping policies, solver events, the held-out check)."""
 
 import math
 from typing import NamedTuple
@@ -10,12 +11,14 @@ import numpy as np
 import pytest
 from helpers.configs import small
 
+from teng_eq.domains.quadrature import Quadrature, cell_volume, grid_points, holdout_points
 from teng_eq.equations import network_operator
-from teng_eq.grid import Quadrature, cell_volume, grid_points, holdout_points
-from teng_eq.integrators import EULER, HEUN, RK4, TABLEAUS, ButcherTableau, Holdout, TENGStep
-from teng_eq.lstsq import SOLVERS
-from teng_eq.simulation import build_method
-from teng_eq.stage import BestSoFar, StageSolver, Stopping, random_subset
+from teng_eq.fit.lstsq import SOLVERS
+from teng_eq.fit.stage import BestSoFar, StageSolver, Stopping, random_subset
+from teng_eq.run.simulation import build_method
+from teng_eq.stepping.base import Holdout
+from teng_eq.stepping.explicit import TENGStep
+from teng_eq.stepping.tableau import EULER, HEUN, RK4, TABLEAUS, Tableau
 
 DT = 0.005
 
@@ -98,7 +101,8 @@ def test_adaptive_stage_stops_early_when_already_converged(heat_step):
     record is NaN after the stop."""
     p, target = heat_step
     fixed = p.solver()
-    theta, first = jax.jit(lambda th, k: fixed.stage(th, target, k, 10, 512, 384))(p.theta0, jax.random.PRNGKey(1))
+    theta, first = jax.jit(lambda th, k: fixed.stage(th, target, k, 10, 512, 384))(
+        p.theta0, jax.random.PRNGKey(1))
     converged = float(first.final_loss)
     assert converged < 1e-6 * float(first.loss[0])  # the first fit had work to do
     scale = float(fixed.norm2(target))
@@ -166,7 +170,8 @@ def _heat_step_on(p, grid, solver, damping, n_first, n_rest):
     nodes = Quadrature(grid_points(grid, lengths), cell_volume(grid, lengths))
     stepper = StageSolver(p.space, nodes, solver, damping)
     held_out = Quadrature(holdout_points(32, 16, lengths), cell_volume(16, lengths))
-    return TENGStep(HEUN, stepper, p.equation, DT, 4, 3, n_first, n_rest, holdout=held_out)
+    return TENGStep(tableau=HEUN, solver=stepper, equation=p.equation, dt=DT, iters=4, iters_later=3,
+                    subsample_first=n_first, subsample=n_rest, holdout=held_out)
 
 
 def test_holdout_loss_exposes_a_fit_that_overfits_the_nodes(heat_step):
@@ -200,12 +205,14 @@ def test_best_so_far_keeps_the_lowest_loss():
 def test_a_tableau_checks_itself():
     """The tableaus in use satisfy Butcher's order conditions; an inconsistent one, or a
     row of the wrong length, is refused when it is made."""
-    assert sorted(TABLEAUS) == ["bs3", "euler", "heun", "heun_fsal", "rk4"] and (EULER.order, HEUN.order, RK4.order) == (1, 2, 4)
+    assert (sorted(TABLEAUS) == ["bs3", "euler", "heun", "heun_fsal", "rk4"]
+            and (EULER.order, HEUN.order, RK4.order) == (1, 2, 4))
     with pytest.raises(ValueError, match="not of order 2: order condition 2"):
-        ButcherTableau("bad", a=((0.5,),), b=(0.5, 0.5), order=2)  # c₂ = ½ needs b = (0, 1)
+        Tableau.explicit_rk("bad", ((0.5,),), (0.5, 0.5), order=2)  # c₂ = ½ needs b = (0, 1)
     with pytest.raises(ValueError, match="not of order 1: order condition 1"):
-        ButcherTableau("bad", a=((1.0,),), b=(0.5, 0.6), order=1)
+        Tableau.explicit_rk("bad", ((1.0,),), (0.5, 0.6), order=1)
     with pytest.raises(ValueError, match="not of order 4: order condition 4"):  # RK4's nodes, not its A
-        ButcherTableau("bad", a=((0.5,), (0.25, 0.25), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), order=4)
+        Tableau.explicit_rk("bad", ((0.5,), (0.25, 0.25), (0.0, 0.0, 1.0)), (1 / 6, 1 / 3, 1 / 3, 1 / 6),
+                            order=4)
     with pytest.raises(ValueError, match="row j of a must hold j\\+1 coefficients"):
-        ButcherTableau("bad", a=((0.5, 0.5),), b=(0.5, 0.5), order=1)
+        Tableau("bad", a=((0.0,), (0.5, 0.5, 0.0)), b=(0.5, 0.5), order=1)

@@ -6,7 +6,7 @@ import pytest
 from helpers.configs import make_config
 
 from teng_eq.errors import ConfigError
-from teng_eq.stage import FIXED, StageSolver
+from teng_eq.fit.stage import FIXED, StageSolver
 
 
 def test_the_stage_solver_takes_its_least_squares_from_the_config():

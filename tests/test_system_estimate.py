@@ -11,8 +11,8 @@ import pytest
 from helpers.configs import make_equation
 from scipy.integrate import solve_ivp
 
-from teng_eq.estimate import SystemTransport
-from teng_eq.integrators import BS3, HEUN, RK4
+from teng_eq.estimate.transport import SystemTransport
+from teng_eq.stepping.tableau import BS3, HEUN, RK4
 
 
 def _transport(eq, n=16):

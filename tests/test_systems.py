@@ -17,7 +17,8 @@ from teng_eq.equations.base import array_module
 from teng_eq.equations.system import PeriodicSystem, select
 from teng_eq.equations.wave import STANDING2D, Wave
 from teng_eq.errors import ConfigError, Diverged
-from teng_eq.model import SYSTEM_NETWORKS, NetworkConfig, ParamSpace, TENGNet, build_network
+from teng_eq.network.paper import SYSTEM_NETWORKS, NetworkConfig, TENGNet, build_network
+from teng_eq.network.space import ParamSpace
 
 
 @pytest.mark.parametrize("components", SYSTEM_NETWORKS)
@@ -119,10 +120,10 @@ def test_wave_run_against_standing_waves(cache_dir):
     components' squared errors, weighted by their norms; the energy's drift is logged; the
     final field gives every component at spatial points; the transport's estimate (which
     never sees the exact solution) within 10 % of the error at both steps (measured 1.040, 1.038)."""
-    from teng_eq.simulation import run_simulation
+    from teng_eq.run.simulation import run_simulation
 
-    cfg = make_config("equation=wave", "method=teng_rk4", "grid=32", "eval_grid=32", "t_final=0.02", "dt=0.01",
-                      *CHEAP_FIT)
+    cfg = make_config("equation=wave", "method=teng_rk4", "grid=32", "eval_grid=32", "t_final=0.02",
+                      "dt=0.01", *CHEAP_FIT)
     result = run_simulation(cfg, cache_dir=cache_dir)
     ratio = result.est_rel_l2[1:] / result.rel_l2[1:]
     assert result.estimate == "transport" and np.all((ratio > 0.95) & (ratio < 1.1)), ratio
@@ -135,7 +136,8 @@ def test_wave_run_against_standing_waves(cache_dir):
     exact = np.stack(eq.solution(points.T, 0.02), axis=1)
     su, sv = np.sum(exact**2, axis=0)
     assert result.rel_l2[-1] == pytest.approx(math.sqrt((u**2 * su + v**2 * sv) / (su + sv)), rel=1e-9)
-    assert np.sqrt(np.sum((values - exact) ** 2) / np.sum(exact**2)) == pytest.approx(result.rel_l2[-1], rel=1e-9)
+    assert (np.sqrt(np.sum((values - exact) ** 2) / np.sum(exact**2))
+            == pytest.approx(result.rel_l2[-1], rel=1e-9))
     assert result.rel_l2[-1] < 1e-3 and 0 < per["drift/energy"][-1] < 1e-3
     # The drift is the energy's: ∫ v² + c²|∇u|² of the network, against θ₀'s.
     assert per["drift/energy"][0] > 0
@@ -146,7 +148,7 @@ def test_heun_cannot_follow_the_waves_oscillations_under_dt_auto(cache_dir):
     """TENG-Heun's stability region holds 10⁻³ of the imaginary axis: on the wave's rates up
     to c·16 (32² fit points) its stable step is ~6e-5, and with ``dt_min`` above it the run
     ends at its first step, saying why."""
-    from teng_eq.simulation import run_simulation
+    from teng_eq.run.simulation import run_simulation
 
     cfg = make_config("equation=wave", "grid=32", "eval_grid=32", "t_final=0.01", "dt=auto",
                       "controller.dt_min=1e-3", "controller.dt_initial=0.005", *CHEAP_FIT)
@@ -181,7 +183,8 @@ def test_component_weights_weigh_the_fits_not_the_error():
     eq = _Weighted.from_config(fields)
     cell = (2 * math.pi / 8) ** 2
     np.testing.assert_allclose(eq.quadrature(8).weights, np.repeat([4 * cell, cell], 64), rtol=1e-15)
-    np.testing.assert_allclose(eq.holdout(8, 4).weights, np.repeat([4, 1], 16) * (2 * math.pi / 4) ** 2, rtol=1e-15)
+    np.testing.assert_allclose(eq.holdout(8, 4).weights, np.repeat([4, 1], 16) * (2 * math.pi / 4) ** 2,
+                               rtol=1e-15)
     assert eq.evaluation(8).weights == pytest.approx(cell, rel=1e-15)
     with pytest.raises(ConfigError, match=r"fit_weights must be 2 numbers > 0, not \(1.0,\)"):
         _BadWeights.from_config(fields)
@@ -191,7 +194,7 @@ def test_component_weights_weigh_the_fits_not_the_error():
 def test_the_wave_preset_reaches_its_documented_error(tmp_path):
     """``equation=wave`` at its CPU default (TENG-Heun, 32², Δt 0.005, T = 0.25): the guide's
     row (measured 1.77e-4 at T, global 8.8e-5, energy drift 4.0e-6, the v error the larger)."""
-    from teng_eq.simulation import run_simulation
+    from teng_eq.run.simulation import run_simulation
 
     result = run_simulation(make_config("equation=wave", "estimate=none"), cache_dir=tmp_path)
     assert result.times[-1] == pytest.approx(0.25)
@@ -217,7 +220,7 @@ def test_the_wave_to_t1_preset_is_its_documented_route():
 def test_the_wave_to_t1_preset_reaches_its_documented_error(tmp_path):
     """``experiment=wave_t1``: the Systems guide's row (measured θ₀ 1.7e-7, 1.53e-5 at T = 1, global
     1.08e-5, energy drift ≤ 4.7e-8; stable through t ≈ 0.63, where the shared trunk diverges)."""
-    from teng_eq.simulation import run_simulation
+    from teng_eq.run.simulation import run_simulation
 
     result = run_simulation(make_config("experiment=wave_t1", "estimate=none"), cache_dir=tmp_path)
     assert result.times[-1] == pytest.approx(1.0)
@@ -257,4 +260,5 @@ def test_the_exact_fourier_reference_of_a_linear_system_is_the_standing_waves():
     for k, t in enumerate((0.0, 0.4, 1.3)):
         exact = np.concatenate(eq.solution(x, t))
         np.testing.assert_allclose(sol.values(k, 24), exact, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(sol.values_at(0.7, 24), np.concatenate(eq.solution(x, 0.7)), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(sol.values_at(0.7, 24), np.concatenate(eq.solution(x, 0.7)), rtol=0,
+                               atol=1e-13)

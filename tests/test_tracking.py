@@ -19,8 +19,8 @@ from teng_eq.tracking import (
     tracked_run,
     ui_address,
 )
-from teng_eq.tracking.store import EXPERIMENT_KIND, ensure_experiment, process_tags
 from teng_eq.tracking.claims import Heartbeat
+from teng_eq.tracking.store import EXPERIMENT_KIND, ensure_experiment, process_tags
 
 
 def _client(tmp_path):
@@ -262,9 +262,11 @@ def test_store_calls_retry_transient_failures_within_their_budget():
     from teng_eq.tracking import StoreUnavailable
     from teng_eq.tracking.store import is_transient, retrying
 
-    locked = MlflowException("(sqlite3.OperationalError) database is locked", error_code=TEMPORARILY_UNAVAILABLE)
+    locked = MlflowException("(sqlite3.OperationalError) database is locked",
+                             error_code=TEMPORARILY_UNAVAILABLE)
     refused = MlflowException("API request to http://h:5000/api/2.0/mlflow/runs/get failed with exception "
-                              "HTTPConnectionPool(host='h', port=5000): Max retries exceeded (Connection refused)")
+                              "HTTPConnectionPool(host='h', port=5000): "
+                              "Max retries exceeded (Connection refused)")
     bad = MlflowException("Invalid value for parameter", error_code=INVALID_PARAMETER_VALUE)
     assert is_transient(locked) and is_transient(refused) and not is_transient(bad)
     calls = []
@@ -277,7 +279,8 @@ def test_store_calls_retry_transient_failures_within_their_budget():
 
     assert retrying(flaky, budget_s=30, what="store") == "done" and len(calls) == 3
     assert calls[2] - calls[1] > calls[1] - calls[0] > 0.3  # backing off
-    with pytest.raises(StoreUnavailable, match=r"^the MLflow store store did not answer for 1 s \(Connection refused\)"):
+    with pytest.raises(StoreUnavailable,
+                       match=r"^the MLflow store store did not answer for 1 s \(Connection refused\)"):
         retrying(lambda: (_ for _ in ()).throw(refused), budget_s=1, what="store")
     calls.clear()
     with pytest.raises(MlflowException, match="Invalid value"):

@@ -31,7 +31,8 @@ def _request(url: str, path: str, user: str | None = None, password: str | None 
     request = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
     if user is not None:
-        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+        request.add_header("Authorization",
+                           "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.loads(response.read())
 
@@ -82,7 +83,8 @@ def test_a_job_with_credentials_in_its_environment_logs_its_run(server, tmp_path
 
 
 @pytest.mark.parametrize("credentials, needle", [
-    ({}, "the server asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD in the environment"),
+    ({}, "the server asks for credentials: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
+         "in the environment"),
     ({"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": "wrong"},
      f"the server refuses the credentials of MLFLOW_TRACKING_USERNAME={USER} (HTTP 401)"),
 ])

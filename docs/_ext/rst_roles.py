@@ -1,6 +1,6 @@
 """A Griffe extension for the API pages: the docstrings' reST roles as Markdown.
 
-The library's docstrings are written reST-style (``:class:`~teng_eq.grid.Quadrature```,
+The library's docstrings are written reST-style (``:class:`~teng_eq.domains.quadrature.Quadrature```,
 ``:meth:`plan```, a paragraph ending in ``::`` before an indented block), and
 mkdocstrings renders Markdown. When the package is loaded this rewrites each docstring:
 

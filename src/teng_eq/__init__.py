@@ -2,7 +2,7 @@
 
 Importing the package loads nothing: the sweep callback and ``pipeline/analyze.py``
 use it without JAX. Import what you need from the module that defines it
-(docs/api/index.md lists them), e.g. ``from teng_eq.simulation import run_simulation``.
+(docs/api/index.md lists them), e.g. ``from teng_eq.run.simulation import run_simulation``.
 """
 
 import os

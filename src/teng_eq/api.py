@@ -11,11 +11,11 @@ overrides and checks, with or without MLflow.
     load_run("<run id>").on_grid()                        # the same from a logged run (or its folder)
 
 :func:`run` composes ``conf/`` with Hydra's compose API (this module is, with
-:mod:`teng_eq.preflight` and :mod:`teng_eq.search`, one of the places that import
-Hydra), checks the job as :func:`~teng_eq.preflight.preflight` checks a command line
+:mod:`teng_eq.jobs.preflight` and :mod:`teng_eq.search`, one of the places that import
+Hydra), checks the job as :func:`~teng_eq.jobs.preflight.preflight` checks a command line
 (one-line :class:`~teng_eq.errors.ConfigError` before any compute), then runs it:
-with ``mlflow=True`` through :func:`teng_eq.job.tracked_job`, the same MLflow run a
-job of ``pipeline/sweep.py`` makes; without, :func:`teng_eq.simulation.run_simulation`
+with ``mlflow=True`` through :func:`teng_eq.jobs.job.tracked_job`, the same MLflow run a
+job of ``pipeline/sweep.py`` makes; without, :func:`teng_eq.run.simulation.run_simulation`
 alone. ``import teng_eq`` does not import this module (nor JAX).
 """
 
@@ -33,15 +33,16 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from teng_eq import tracking
-from teng_eq.config import RunConfig
+from teng_eq.config.options import user_folders_on_path
 from teng_eq.equations import Equation
 from teng_eq.errors import ConfigError, bad
-from teng_eq.job import JobContext, enable_compilation_cache, tracked_job
-from teng_eq.options import user_folders_on_path
-from teng_eq.preflight import one_line, check_group_choices, validate_job, with_config_dir
-from teng_eq.results import StepRecord
-from teng_eq.driver import Callback
-from teng_eq.simulation import FinalField, RunResult, load_network, reporting, run_simulation
+from teng_eq.fit.results import StepRecord
+from teng_eq.jobs.job import JobContext, enable_compilation_cache, tracked_job
+from teng_eq.jobs.preflight import check_group_choices, one_line, validate_job, with_config_dir
+from teng_eq.run.callbacks import Callback, OnStep
+from teng_eq.run.config import RunConfig
+from teng_eq.run.result import FinalField, RunResult
+from teng_eq.run.simulation import load_network, run_simulation
 
 #: The checkout whose ``conf/`` the API composes (``pip install -e .``: the repository),
 #: and where the default MLflow store is (``<root>/mlflow.db``), as for ``pipeline/sweep.py``.
@@ -50,28 +51,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(equation: Equation | str, *overrides: str, mlflow: bool = False, tracking_uri: str | None = None,
         cache_dir: str | Path | None = None, on_step: Callable[[StepRecord], None] | None = None,
-        callbacks: Sequence[Callback] = (), config_dir: str | Path | None = None,
+        callbacks: Sequence[Callback | Callable] = (), config_dir: str | Path | None = None,
         conf: str | Path | None = None) -> RunResult:
     """Run ``equation`` with the command line's ``overrides`` (``"dt=auto"``, ``"grid=32"``,
-    …; one run: no sweeps) and return its :class:`~teng_eq.simulation.RunResult`.
+    …; one run: no sweeps) and return its :class:`~teng_eq.run.result.RunResult`.
 
-    ``equation``: a config name of the ``equation`` group (of ``conf/equation/`` or of
-    ``config_dir``), or an :class:`~teng_eq.equations.Equation` instance, whose class and
-    fields become the ``equation`` group (its class importable as ``module:Class``, a
-    user's file in the current folder included). ``mlflow``: log the run as
-    ``pipeline/sweep.py``'s job does, in ``tracking_uri`` (None: the config's); a
-    configuration already FINISHED there is skipped unless ``"resume=false"`` (else a
-    :class:`~teng_eq.errors.ConfigError`). ``cache_dir``: θ₀ and references (None: the
-    config's). ``on_step``: called with every step's :class:`~teng_eq.results.StepRecord`;
-    ``callbacks``: each called as ``cb(record, state)`` (:data:`teng_eq.driver.Callback`), a
-    true value stopping the run there. ``config_dir``: a user's config folder (as
-    ``--config-dir``); ``conf``: the primary config folder (None: ``<root>/conf``). A bad
-    equation, override or value raises a one-line :class:`~teng_eq.errors.ConfigError`
-    before any compute; a run that fails, :class:`~teng_eq.errors.RunFailed`.
+    ``equation``: a config name of the ``equation`` group (of ``conf/equation/`` or of ``config_dir``), or an
+    :class:`~teng_eq.equations.Equation` instance, whose class and fields become the ``equation`` group (its
+    class importable as ``module:Class``, a user's file in the current folder included). ``mlflow``: log the
+    run as ``pipeline/sweep.py``'s job does, in ``tracking_uri`` (None: the config's); a configuration already
+    FINISHED there is skipped unless ``"resume=false"`` (else a :class:`~teng_eq.errors.ConfigError`).
+    ``cache_dir``: θ₀ and references (None: the config's). ``on_step``: called with every step's
+    :class:`~teng_eq.fit.results.StepRecord`; ``callbacks``: :class:`~teng_eq.run.callbacks.Callback` s,
+    or functions called as ``cb(record, state)``, a true value stopping the run there. ``config_dir``: a
+    user's config folder (as ``--config-dir``); ``conf``: the primary config folder (None: ``<root>/conf``). A
+    bad equation, override or value raises a one-line :class:`~teng_eq.errors.ConfigError` before any compute;
+    a run that fails, :class:`~teng_eq.errors.RunFailed`.
     """
     conf_dir = Path(conf) if conf is not None else ROOT / "conf"
     if not (conf_dir / "config.yaml").is_file():
-        raise ConfigError(f"invalid config: conf={conf_dir}: no config.yaml there (pass conf=<checkout>/conf)")
+        raise ConfigError(f"invalid config: conf={conf_dir}: no config.yaml there "
+                          "(pass conf=<checkout>/conf)")
     user_folders_on_path()  # a user's module in the current folder, as on the command line
     overrides = list(overrides)
     for item in overrides:
@@ -103,7 +103,8 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
     with tempfile.TemporaryDirectory(prefix="teng-eq-api-") as output_dir:
         context = JobContext(root=ROOT, overrides=tuple(overrides), job_num=None, output_dir=Path(output_dir))
         _, result = tracked_job(cfg, job, context, time.perf_counter(),
-                                callbacks=[*callbacks, *([reporting(on_step)] if on_step is not None else [])])
+                                callbacks=[*callbacks, *([OnStep(on_step, record_only=True)]
+                                                         if on_step is not None else [])])
     if result is None:
         raise ConfigError("invalid config: this configuration's run is FINISHED in the store already "
                           "(skipped); pass 'resume=false' to run it again")
@@ -111,7 +112,7 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
 
 
 def load_run(run: str | Path, *, tracking_uri: str | None = None) -> FinalField:
-    """The final field of a logged run (:class:`~teng_eq.simulation.FinalField`: evaluate it
+    """The final field of a logged run (:class:`~teng_eq.run.result.FinalField`: evaluate it
     on any points, or on a grid), from its ``params/theta.eqx`` and the resolved config
     beside it (``config/config.yaml``). ``run``: an MLflow run id (in ``tracking_uri``; None:
     the checkout's default store), or a run's artifact folder (or its ``theta.eqx``). A
@@ -127,8 +128,8 @@ def load_run(run: str | Path, *, tracking_uri: str | None = None) -> FinalField:
         else:
             uri = tracking_uri or tracking.default_tracking_uri(ROOT)
             try:
-                config, theta = (tracking.artifact_copies(uri, [str(run)], name, Path(tmp) / name).get(str(run))
-                                 for name in names)
+                config, theta = (tracking.artifact_copies(uri, [str(run)], name, Path(tmp) / name)
+                                 .get(str(run)) for name in names)
             except tracking.SelectionError as err:
                 raise bad("run", str(run), str(err)) from None
             if config is None or theta is None:
@@ -142,7 +143,7 @@ def load_run(run: str | Path, *, tracking_uri: str | None = None) -> FinalField:
 def compose_job(conf_dir: Path, overrides: Sequence[str], *, group: Mapping | None = None,
                 tracking_uri: str | None = None, cache_dir: str | Path | None = None):
     """``conf_dir/config.yaml`` composed with ``overrides`` (after the one-line check of
-    their group choices, :func:`~teng_eq.preflight.check_group_choices`); ``group``
+    their group choices, :func:`~teng_eq.jobs.preflight.check_group_choices`); ``group``
     replaces the ``equation`` group; ``tracking_uri`` and ``cache_dir`` set theirs."""
     check_group_choices(list(overrides), conf_dir)
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):

@@ -11,9 +11,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from teng_eq.config import RunConfig
 from teng_eq.equations import Equation
-from teng_eq.preflight import key_namer
+from teng_eq.jobs.preflight import key_namer
+from teng_eq.run.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"

@@ -19,13 +19,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from teng_eq.fit.results import StepRecord
 from teng_eq.methods.base import Method
-from teng_eq.results import StepRecord
 
 #: TENG's keys of the default method group (teng_heun), which a fake method does not take.
-_NOT_TENG = [f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first", "subsample",
-                                          "solver", "damping", "stopping", "holdout", "grid", "network", "fit",
-                                          "warm_start", "warm_rate", "conserve")]
+_NOT_TENG = [f"~method.{key}" for key in ("integrator", "iters", "iters_later", "subsample_first",
+                                          "subsample", "solver", "damping", "stopping", "holdout", "grid",
+                                          "network", "fit", "warm_start", "warm_rate", "conserve")]
 
 #: Overrides that turn the default method group (teng_heun) into :class:`Toy`: its
 #: class, its two keys, and none of TENG's; its field is not the equation's solution, so

@@ -3,7 +3,7 @@
 
 ``FAULTY_WRITE=checkpoint:<n>``: the n-th checkpoint file this process writes gets
 half its bytes, then ``OSError(ENOSPC)`` — at the write itself
-(:func:`teng_eq.cache.write_atomic`'s), as a full disk would strike.
+(:func:`teng_eq.cache.files.write_atomic`'s), as a full disk would strike.
 ``FAULTY_WRITE=artifact:<n>``: the n-th artifact MLflow copies into the store
 raises ``OSError(ENOSPC)``. Everything else is the real script."""
 
@@ -16,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # pipeline/sweep.py is run itself.
 sys.path[0] = str(ROOT / "pipeline")
 
-import errno
-import io
-import os
-import runpy
+import errno  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+import runpy  # noqa: E402
 
-import mlflow.tracking
+import mlflow.tracking  # noqa: E402
 
-import teng_eq.cache
+import teng_eq.cache.files  # noqa: E402
 
 KIND, NTH = os.environ["FAULTY_WRITE"].split(":")
 count = 0
@@ -40,7 +40,7 @@ def _nth() -> bool:
 
 
 if KIND == "checkpoint":
-    write_atomic = teng_eq.cache.write_atomic
+    write_atomic = teng_eq.cache.files.write_atomic
 
     def faulty(path, write):
         if Path(path).parent.parent.name != "checkpoints" or not _nth():
@@ -54,7 +54,7 @@ if KIND == "checkpoint":
 
         return write_atomic(path, half)
 
-    teng_eq.cache.write_atomic = faulty
+    teng_eq.cache.files.write_atomic = faulty
 elif KIND == "artifact":
     for name in ("log_artifact", "log_artifacts"):
         original = getattr(mlflow.tracking.MlflowClient, name)

@@ -1,4 +1,4 @@
-"""Reading what a figure of :mod:`teng_eq.plots` shows, not only that a PNG exists."""
+"""Reading what a figure of :mod:`teng_eq.analysis.plots` shows, not only that a PNG exists."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from teng_eq import plots
+from teng_eq.analysis import plots
 
 
 def keep_figures(monkeypatch: pytest.MonkeyPatch) -> list:
-    """The figures :mod:`teng_eq.plots` draws from now on, kept open (its ``plt.close``
+    """The figures :mod:`teng_eq.analysis.plots` draws from now on, kept open (its ``plt.close``
     replaced) so that a test can read their panels' data."""
     figures = []
     monkeypatch.setattr(plots.plt, "close", figures.append)

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from teng_eq.config import RunConfig
 from teng_eq.methods.teng import TENG
-from teng_eq.model import ParamSpace
+from teng_eq.network.space import ParamSpace
+from teng_eq.run.config import RunConfig
 
 #: Wave vectors k (each with a cos and a sin): sines2d's modes (1, ±1), (2, 1) and three more.
 WAVES = ((1, 1), (1, -1), (2, 1), (1, 2), (3, 0), (0, 2))
@@ -26,7 +26,7 @@ WAVES = ((1, 1), (1, -1), (2, 1), (1, 2), (3, 0), (0, 2))
 
 class FourierNet(eqx.Module):
     """``x ↦ Σⱼ θⱼ cos(kⱼ·x − φⱼ)``, with the two hooks of the stage solver's
-    factored Jacobian (:meth:`teng_eq.model.TENGNet.jacobian_factors_t`):
+    factored Jacobian (:meth:`teng_eq.network.paper.TENGNet.jacobian_factors_t`):
     ``∂û(xₙ)/∂θⱼ = 1 · cos(kⱼ·xₙ − φⱼ)``, so Gᵀ is one row of ones and Hᵀ the basis."""
 
     theta: jax.Array
@@ -55,9 +55,9 @@ def fourier_net() -> FourierNet:
 
 
 def teng_on_fourier(cfg: RunConfig) -> tuple[TENG, np.ndarray]:
-    """TENG of ``cfg`` (its class — explicit or implicit —, integrator, stages, solver) on :func:`fourier_net`, θ₀ the
-    least-squares fit of the initial condition on the run's grid (exact for sines2d);
-    and the decay rates ``Λⱼ = −ν|kⱼ|²`` of heat, with which ``θ(t) = θ₀ e^{Λt}``."""
+    """TENG of ``cfg`` (its class — explicit or implicit —, integrator, stages, solver) on
+    :func:`fourier_net`, θ₀ the least-squares fit of the initial condition on the run's grid (exact for
+    sines2d); and the decay rates ``Λⱼ = −ν|kⱼ|²`` of heat, with which ``θ(t) = θ₀ e^{Λt}``."""
     net = fourier_net()
     space = ParamSpace(net)
     eq, options = cfg.problem.equation, cfg.method.options

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from helpers.configs import make_equation
-from teng_eq.analysis import fit_power_law
+from teng_eq.analysis.compare import fit_power_law
 from teng_eq.reference import reference_solution
 
 
@@ -30,7 +30,7 @@ def self_convergence(name: str, t: float, n: int, dt: float, *overrides: str) ->
 
 def convergence_order(dt: Sequence[float], err: Sequence[float]) -> float:
     """The slope of log ``err`` against log ``dt``, by the analysis's own least-squares fit
-    (:func:`teng_eq.analysis.fit_power_law`) with every point in it: where the fit would
+    (:func:`teng_eq.analysis.compare.fit_power_law`) with every point in it: where the fit would
     leave a non-finite or non-positive error out, the test fails instead."""
     err = np.asarray(err, dtype=float)
     assert np.all(np.isfinite(err) & (err > 0)), err

@@ -12,19 +12,19 @@ the rest of the code asks of it, so that nothing elsewhere dispatches on its nam
   :meth:`Equation.nonlinear` (N), with ``ν Δu`` in :meth:`Equation.rhs`; the same N
   serves the network and the pseudo-spectral reference (derivatives by FFT), so the
   two cannot disagree about the PDE;
-* the domain: :attr:`Equation.dim`, the network input (:attr:`Equation.periods`:
-  the periods of the periodic embedding, or None for plain Cartesian input) and
-  the boundary (:meth:`Equation.boundary_points`; a Dirichlet boundary also marks
-  the rows of its quadrature that lie on it, :attr:`Quadrature.boundary`);
+* its domain (:attr:`Equation.domain`, a :class:`~teng_eq.domains.base.Domain` built from
+  its config keys): the network input (:attr:`Equation.periods`: the periods of the
+  periodic embedding, or None for plain Cartesian input), the boundary and its
+  condition, and the quadratures of the fits (:meth:`Equation.quadrature`), held out
+  of them (:meth:`Equation.holdout`) and for the error norms (:meth:`Equation.evaluation`),
+  each point once per component for a system;
 * its initial conditions (:attr:`Equation.initial_conditions`, chosen by the
   ``initial_condition`` key);
-* its quadratures: for the fits (:meth:`Equation.quadrature`), held out of them
-  (:meth:`Equation.holdout`) and for the error norms (:meth:`Equation.evaluation`);
 * how its reference is computed (:meth:`Equation.reference_scheme`, an object of
   :mod:`teng_eq.reference`: exact Fourier decay, pseudo-spectral ETDRK4 with its
   nonlinearity degree and resolution table, a Bessel series, the equation's own
   closed-form :meth:`Equation.solution`), or None: the run then measures its error by
-  its own estimate alone (:mod:`teng_eq.estimate`);
+  its own estimate alone (:mod:`teng_eq.estimate.defect`);
 * the error estimate's growth rate μ (:meth:`Equation.growth_rate`), declared, or
   measured on the run's own fields where it is not (periodic domains).
 """
@@ -41,10 +41,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.cache import content_description
+from teng_eq.cache.files import content_description
+from teng_eq.config.options import import_impl, one_of, options_from
+from teng_eq.domains.base import Domain
+from teng_eq.domains.quadrature import Quadrature, for_components
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature
-from teng_eq.options import import_impl, one_of, options_from
 from teng_eq.reference import ClosedForm, reference_anytime, reference_solution
 
 
@@ -55,12 +56,13 @@ def array_module(x):
 
 
 class Equation(eqx.Module):
-    """``∂ₜu = L[u]`` on the domain of the subclass, from the initial condition
+    """``∂ₜu = L[u]`` on its :attr:`domain`, from the initial condition
     ``initial_conditions[initial_condition]``; by default ``L[u] = ν Δu + N(u, ∇u)``.
 
-    Subclasses set the class variables and implement the domain methods; their
-    fields are their config keys (no defaults: ``conf/`` is the one source; ``nu``
-    aside, 0 where an equation's operator has no ν Δu of its own).
+    Subclasses set the class variables and say what their domain is (the bases of
+    :mod:`teng_eq.equations.periodic` and :mod:`teng_eq.equations.cube` make it from their
+    keys); their fields are their config keys (no defaults: ``conf/`` is the one source;
+    ``nu`` aside, 0 where an equation's operator has no ν Δu of its own).
     """
 
     name: str = eqx.field(static=True)
@@ -69,11 +71,6 @@ class Equation(eqx.Module):
 
     #: Spatial dimension.
     dim: ClassVar[int]
-    #: Whether its quadratures are sampled points (then ``grid`` and ``eval_grid`` count
-    #: points, and the error's Monte Carlo standard error is logged).
-    sampled: ClassVar[bool] = False
-    #: Whether the fits' points are drawn afresh each step (a sampled domain may choose).
-    fresh: ClassVar[bool] = False
     #: Whether ``L`` is linear in u (N ≡ 0): what methods restricted to linear PDEs ask.
     linear: ClassVar[bool] = False
     #: The highest order of the x-derivatives in ``L`` (the Hermite estimate needs twice it).
@@ -88,6 +85,9 @@ class Equation(eqx.Module):
     #: A system's components by name (empty: one scalar field u); see
     #: :class:`teng_eq.equations.system.PeriodicSystem`.
     components: ClassVar[tuple[str, ...]] = ()
+    #: Each component's weight in the fits' norm Σ_c w_c ‖u_c‖² (None: all 1), for a system's
+    #: components of different scales.
+    fit_weights: ClassVar[tuple[float, ...] | None] = None
 
     @property
     def outputs(self) -> int:
@@ -147,51 +147,60 @@ class Equation(eqx.Module):
             raise bad(f"{prefix}.nu", self.nu, "must be a number >= 0")
         one_of(f"{prefix}.initial_condition", self.initial_condition, sorted(self.initial_conditions))
 
-    # --- domain ---------------------------------------------------------------------
+    # --- domain: a value the equation has (teng_eq.domains) ---------------------------
+
+    @property
+    def domain(self) -> Domain:
+        """Where the equation lives (:class:`~teng_eq.domains.base.Domain`), from its config
+        keys: the periodic box of ``lengths`` (:class:`~teng_eq.equations.periodic.PeriodicBox`),
+        the sampled cube, the disk."""
+        raise NotImplementedError
 
     @property
     def periods(self) -> tuple[float, ...] | None:
-        """Periods of the network's periodic embedding, one per dimension; None for a
-        network on plain Cartesian input (a non-periodic domain)."""
-        raise NotImplementedError
+        """Periods of the network's periodic embedding (the domain's); None for plain
+        Cartesian input."""
+        return self.domain.periods
+
+    def rows(self, quadrature: Quadrature, scales=None) -> Quadrature:
+        """``quadrature``'s points as the rows the fits and norms see: a scalar equation's as
+        they are, a system's once per component, ``(x, c)``
+        (:func:`~teng_eq.domains.quadrature.for_components`; ``scales``: each component's weight)."""
+        return for_components(quadrature, self.components, scales) if self.components else quadrature
+
+    def spatial(self, n: int) -> Quadrature:
+        """The domain's fit quadrature (``n``), each point once (a system's without its components)."""
+        return self.domain.quadrature(n)
 
     def quadrature(self, n: int) -> Quadrature:
-        """The quadrature of the fits (θ₀ and every TENG stage), ``n`` points per
-        dimension (the config's ``grid``)."""
-        raise NotImplementedError
+        """The quadrature of the fits (θ₀ and every TENG stage), ``n`` the config's ``grid``;
+        a system's components weighed by its ``fit_weights``."""
+        return self.rows(self.domain.quadrature(n), self.fit_weights)
 
     def holdout(self, n: int, m: int) -> Quadrature:
-        """Points that no fit on :meth:`quadrature` (n) uses, ``m`` per dimension
-        (the config's ``holdout.grid``, dividing n)."""
-        raise NotImplementedError
+        """Points that no fit on :meth:`quadrature` (n) uses, ``m`` per dimension."""
+        return self.rows(self.domain.holdout(n, m), self.fit_weights)
 
     def evaluation(self, m: int) -> Quadrature:
-        """Points and weights of the error norms, ``m`` per dimension (``eval_grid``)."""
-        raise NotImplementedError
+        """Points and weights of the error norms, ``m`` per dimension (``eval_grid``); a
+        system's components weigh alike there (``rel_l2`` is the state's)."""
+        return self.rows(self.domain.evaluation(m))
 
     def point_count(self, n: int) -> int:
-        """How many points :meth:`quadrature` (n) and :meth:`evaluation` (n) hold: n per
-        dimension, nᵈ (a sampled domain: n)."""
-        return n**self.dim
+        """The rows of :meth:`quadrature` (n): the domain's points, once per component."""
+        return self.domain.point_count(n) * self.outputs
 
     def holdout_size(self, n: int, holdout) -> int:
-        """The ``m`` of :meth:`holdout` for the fits' ``n`` (``Holdout.points`` in
-        ``teng_eq.integrators``: per dimension, dividing n)."""
-        return holdout.points(n, self.dim)
+        """The ``m`` of :meth:`holdout` for the fits' ``n`` (the domain's rule)."""
+        return self.domain.holdout_size(n, holdout)
 
-    def boundary_points(self, m: int) -> Float[Array, "n dim"] | None:
-        """``m`` points on a Dirichlet boundary, where a run reports max |û − g|;
-        None where the domain has no boundary (periodic)."""
-        return None
-
-    # Every field and the class enter θ₀'s key.
     def fit_description(self) -> dict:
         """What, besides the network, grid, seed and u₀'s values on the fit grid
-        (:func:`~teng_eq.initial_fit.cached_initial_parameters` adds those), determines
-        θ₀ (its cache key): the class and every field (:func:`~teng_eq.cache.content_description`),
-        so that a changed coefficient or length gives a new θ₀. A subclass adds what its
-        fields do not say (e.g. a quadrature rule)."""
-        return content_description(self)
+        (:func:`~teng_eq.fit.theta0.cached_initial_parameters` adds those), determines
+        θ₀ (its cache key): the class and every field (:func:`~teng_eq.cache.files.content_description`),
+        so that a changed coefficient or length gives a new θ₀, and what the domain adds
+        that the fields do not say (its quadrature rule: :meth:`~teng_eq.domains.base.Domain.describe`)."""
+        return {**content_description(self), **self.domain.describe()}
 
     # --- initial condition, reference -----------------------------------------------
 
@@ -240,7 +249,7 @@ class Equation(eqx.Module):
         return self.rhs(u.value, u.grad, u.lap)
 
     def stiff(self, u: Field, t) -> Float[Array, " n"]:
-        """S[u], the part of L that IMEX steppers take implicitly (:mod:`teng_eq.implicit`;
+        """S[u], the part of L that IMEX steppers take implicitly (:mod:`teng_eq.stepping.implicit`;
         the rest L − S explicitly): by default the short form's linear ``ν Δu``. An
         equation of another form declares its own (e.g. ``−a Δu − b Δ²u``) or has none."""
         if type(self).operator is not Equation.operator:
@@ -267,12 +276,12 @@ class Equation(eqx.Module):
         return self.nu * lap_u + self.nonlinear(u, grad_u)
 
     def growth_rate(self, u, grad_u):
-        """The stability bound of the error estimate (:mod:`teng_eq.estimate`): a μ with
+        """The stability bound of the error estimate (:mod:`teng_eq.estimate.defect`): a μ with
         ``⟨L[v] − L[w], v − w⟩_{L²} ≤ μ ‖v − w‖²`` for v near the solution whose values
         (and gradient, first axis the dimension) on a grid are ``u``, ``grad_u`` — the
         rate at which two nearby solutions may separate in L². Declared next to the
         operator; None (the default): not declared, and the estimate measures it
-        (:func:`teng_eq.estimate.measured_growth_rate`, periodic domains)."""
+        (:func:`teng_eq.estimate.defect.measured_growth_rate`, periodic domains)."""
         return None
 
 
@@ -438,6 +447,6 @@ def operator(
 def network_operator(equation: Equation, space, theta: Float[Array, " params"],
                      points: Float[Array, "n dim"], t=0.0) -> Float[Array, " n"]:
     """``L[û_θ]`` at ``points`` and time t, û_θ the network of ``space`` (a
-    :class:`~teng_eq.model.ParamSpace`) at the flat parameters θ."""
+    :class:`~teng_eq.network.space.ParamSpace`) at the flat parameters θ."""
     vector = (lambda p: space.vector(theta, p)) if equation.components else None
     return operator(equation, lambda p: space.apply(theta, p), points, t, vector)

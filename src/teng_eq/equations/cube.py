@@ -11,7 +11,7 @@ with exact solutions for d = 4 to 10 (docs/guides/dimensions.md):
 
 On a :class:`SampledBox` the config's ``grid`` and ``eval_grid`` count points, not points
 per dimension: the fits' N points are a scrambled Sobol set (or uniform ones, ``sampler``),
-drawn afresh each step when ``fresh`` (:meth:`teng_eq.integrators.TENGStep.moved`); the
+drawn afresh each step when ``fresh`` (:meth:`teng_eq.domains.sampled.SampledCube.move`); the
 error is measured on an independent uniform sample, with its Monte Carlo standard error.
 """
 
@@ -21,37 +21,20 @@ import math
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
-from scipy.stats import qmc
 
+from teng_eq.config.options import one_of
+from teng_eq.domains.sampled import SAMPLERS, SampledCube
 from teng_eq.equations.base import Equation, array_module
+from teng_eq.equations.heat import LinearHeat
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature
-from teng_eq.options import one_of
 from teng_eq.reference import ClosedForm
-
-#: How the fits' points are drawn.
-SAMPLERS = ("sobol", "uniform")
-#: Seeds of the three point sets, so that none shares a point with another.
-_FIT_SEED, _HOLDOUT_SEED, _EVALUATION_SEED = 0, 1, 2
-
-
-def sample_points(n: int, dim: int, length: float, sampler: str, seed: int) -> np.ndarray:
-    """``n`` points in ``[0, length)^dim``: a scrambled Sobol sequence (Owen scrambling;
-    its first n points, balanced when n is a power of 2) or i.i.d. uniform ones."""
-    if sampler == "sobol":
-        unit = qmc.Sobol(dim, scramble=True, seed=seed).random(n)
-    else:
-        unit = np.random.default_rng(seed).random((n, dim))
-    return length * unit
 
 
 class SampledBox(Equation):
-    """An equation on the periodic cube ``[0, length)^dim`` with sampled quadratures
-    (module docstring): ``sampler`` (``sobol`` or ``uniform``) and ``fresh`` (the fits'
-    points moved by a random shift each step, or kept)."""
+    """An equation on the periodic cube ``[0, length)^dim`` with sampled quadratures: its
+    domain is the :class:`~teng_eq.domains.sampled.SampledCube` of ``sampler`` (``sobol``
+    or ``uniform``) and ``fresh`` (the fits' points moved by a random shift each step, or kept)."""
 
-    sampled = True
     dim: int = eqx.field(static=True)
     length: float = eqx.field(static=True)
     sampler: str = eqx.field(static=True)
@@ -66,38 +49,8 @@ class SampledBox(Equation):
         one_of(f"{prefix}.sampler", self.sampler, SAMPLERS)
 
     @property
-    def periods(self) -> tuple[float, ...]:
-        return (float(self.length),) * self.dim
-
-    @property
-    def volume(self) -> float:
-        return float(self.length) ** self.dim
-
-    def point_count(self, n: int) -> int:
-        return n
-
-    def _sample(self, n: int, sampler: str, seed: int) -> Quadrature:
-        points = sample_points(n, self.dim, self.length, sampler, seed)
-        return Quadrature(jnp.asarray(points), self.volume / n)
-
-    def quadrature(self, n: int) -> Quadrature:
-        """``n`` points (:func:`sample_points`), each of weight Lᵈ/n: a Monte Carlo
-        (uniform) or quasi-Monte Carlo (Sobol) rule."""
-        return self._sample(n, self.sampler, _FIT_SEED)
-
-    def holdout(self, n: int, m: int) -> Quadrature:
-        """``m`` points of another scrambled set."""
-        return self._sample(m, self.sampler, _HOLDOUT_SEED)
-
-    def holdout_size(self, n: int, holdout) -> int:
-        """``holdout.grid`` points, else a quarter of the fits' (the held-out check's
-        cost, a quarter of a fit's)."""
-        return holdout.grid if holdout.grid is not None else max(1, n // 4)
-
-    def evaluation(self, m: int) -> Quadrature:
-        """``m`` i.i.d. uniform points, independent of the fits': the error's Monte Carlo
-        estimate, whose standard error the run logs (``rel_l2_se``)."""
-        return self._sample(m, "uniform", _EVALUATION_SEED)
+    def domain(self) -> SampledCube:
+        return SampledCube(self.dim, self.length, self.sampler, self.fresh)
 
     def reference_scheme(self) -> ClosedForm:
         return ClosedForm()
@@ -118,19 +71,11 @@ def _log_sum(equation, x, decay=1.0):
     return 2 * equation.nu / equation.lam * xp.sum(xp.log(1 + equation.eps * decay * xp.cos(x)), axis=0)
 
 
-class HeatCube(SampledBox):
+class HeatCube(SampledBox, LinearHeat):
     """``uₜ = νΔu`` from ``∏ᵢ (1 + ε cos xᵢ)`` (``eps``); exact."""
 
-    linear = True
     initial_conditions = {"cosine_product": _cosine_product}
     eps: float = eqx.field(static=True)
-
-    def nonlinear(self, u, grad_u):
-        return 0.0 * u
-
-    def growth_rate(self, u, grad_u):
-        """0: ⟨νΔe, e⟩ = −ν‖∇e‖² ≤ 0."""
-        return 0.0
 
     def solution(self, x, t):
         return _product(self, x, math.exp(-self.nu * t))

@@ -2,9 +2,10 @@
 Conditions and Benchmarks"): ``∂ₜu = ν Δu`` on ``{x₁² + x₂² ≤ 1}``, ν = 1/10.
 
 The network takes plain Cartesian input (the paper removes the periodic embedding
-here), and the boundary is enforced by TENG's loss: the fit quadrature holds, beside
-the interior points, points on the circle whose rows join every least-squares
-problem with weight ``boundary_weight`` × arc length and target 0.
+here), and the boundary is enforced by TENG's loss: the fit quadrature of the domain
+(:class:`~teng_eq.domains.disk.UnitDisk`) holds, beside the interior points, points on the
+circle whose rows join every least-squares problem with weight ``boundary_weight`` × arc
+length and the boundary value as their target.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import math
 from typing import ClassVar
 
 import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.equations.base import Equation, array_module
+from teng_eq.domains.disk import UnitDisk
+from teng_eq.equations.base import array_module
+from teng_eq.equations.heat import LinearHeat
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature, circle_points, disk_quadrature
 from teng_eq.reference.bessel import BesselSeries, bessel_zero
 
 #: Trapezoid nodes of :func:`disk_harmonic`: exact to round-off while λr ≤ 14 (the
@@ -66,20 +67,17 @@ PAPER_DISK = DiskHarmonics(tuple(
 ))
 
 
-class HeatDisk(Equation):
-    """Heat ``∂ₜu = ν Δu`` on the unit disk, u = 0 on the circle.
+class HeatDisk(LinearHeat):
+    """Heat ``∂ₜu = ν Δu`` on the unit disk, u = 0 on the circle: its domain is the
+    :class:`~teng_eq.domains.disk.UnitDisk` whose boundary rows weigh ``boundary_weight``
+    × arc length in every fit.
 
-    Quadratures (``n`` = the config's ``grid``): the interior by
-    :func:`~teng_eq.grid.disk_quadrature` with n Gauss–Legendre radii × n angles,
-    and, for the fits, n points on the circle of weight ``boundary_weight`` · 2π/n
-    each (marked in :attr:`Quadrature.boundary`: their target is 0). The error norms
-    are on the disk only (m × m interior points).
+    Reference: the exact Bessel series of the initial condition's modes.
     """
 
     boundary_weight: float = eqx.field(static=True)
 
     dim = 2
-    linear = True
     initial_conditions: ClassVar[dict] = {"paper_disk": PAPER_DISK}
 
     def validate(self, prefix: str) -> None:
@@ -88,48 +86,8 @@ class HeatDisk(Equation):
             raise bad(f"{prefix}.boundary_weight", self.boundary_weight, "must be a number > 0")
 
     @property
-    def periods(self) -> None:
-        return None
-
-    def _with_boundary(self, n: int, shift: float) -> Quadrature:
-        inner, w_inner = disk_quadrature(n, n, shift)
-        outer = circle_points(n, shift)
-        w_outer = np.full(n, self.boundary_weight * 2 * math.pi / n)
-        return Quadrature(
-            jnp.asarray(np.concatenate([inner, outer])), jnp.asarray(np.concatenate([w_inner, w_outer])),
-            boundary=jnp.asarray(np.arange(len(inner) + n) >= len(inner)),
-        )
-
-    def quadrature(self, n: int) -> Quadrature:
-        """Interior (n radii × n angles) and n boundary points, angles θ_j = 2πj/n."""
-        return self._with_boundary(n, 0.0)
-
-    def holdout(self, n: int, m: int) -> Quadrature:
-        """The rule of :meth:`quadrature` (m) with every angle half a step of the
-        n-rule away from the fit's angles (its m radii are other Gauss nodes)."""
-        return self._with_boundary(m, m / (2 * n))
-
-    def evaluation(self, m: int) -> Quadrature:
-        """The interior rule alone (m radii × m angles): the error is measured on the disk."""
-        points, weights = disk_quadrature(m, m)
-        return Quadrature(jnp.asarray(points), jnp.asarray(weights))
-
-    def boundary_points(self, m: int) -> Float[Array, "m 2"]:
-        """``m`` points on the circle, between the fit's boundary nodes (θ_j = 2π(j+½)/m)."""
-        return jnp.asarray(circle_points(m, 0.5))
-
-    def fit_description(self) -> dict:
-        return {**super().fit_description(), "domain": "unit_disk",
-                "quadrature": "gauss-legendre r (n) x trapezoid theta (n) + n on the circle"}
+    def domain(self) -> UnitDisk:
+        return UnitDisk(self.boundary_weight)
 
     def reference_scheme(self) -> BesselSeries:
         return BesselSeries(self.initial_conditions[self.initial_condition].modes)
-
-    def nonlinear(self, u, grad_u):
-        return 0.0 * u
-
-    def growth_rate(self, u, grad_u):
-        """0: ⟨νΔe, e⟩ = −ν‖∇e‖² ≤ 0 for e = 0 on the circle (contractive). The network
-        meets the boundary condition only approximately (``boundary_max_abs``); that
-        boundary error is not part of this bound."""
-        return 0.0

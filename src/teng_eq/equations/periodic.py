@@ -6,44 +6,27 @@ from __future__ import annotations
 import equinox as eqx
 from jaxtyping import Array, Float
 
+from teng_eq.domains.box import Box
 from teng_eq.equations.base import Equation, array_module
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature, cell_volume, grid_points, holdout_points
 
 
 class PeriodicBox(Equation):
-    """An equation on the periodic box ``[0, L₁) × … × [0, L_d)`` (``lengths``).
-
-    Quadratures are uniform grids (the periodic trapezoid rule, spectrally accurate
-    for smooth periodic integrands); the network takes the periodic embedding with
-    periods ``lengths``.
-    """
+    """An equation on the periodic box ``[0, L₁) × … × [0, L_d)`` (``lengths``): its domain
+    is the :class:`~teng_eq.domains.box.Box` of those lengths (uniform grids, the periodic
+    embedding with periods ``lengths``)."""
 
     lengths: tuple[float, ...] = eqx.field(static=True)
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         if len(self.lengths) != self.dim or not all(v > 0 for v in self.lengths):
-            raise bad(f"{prefix}.lengths", list(self.lengths), f"must be {self.dim} numbers > 0, one per dimension")
+            raise bad(f"{prefix}.lengths", list(self.lengths),
+                      f"must be {self.dim} numbers > 0, one per dimension")
 
     @property
-    def periods(self) -> tuple[float, ...]:
-        return self.lengths
-
-    def quadrature(self, n: int) -> Quadrature:
-        """The ``n^d`` periodic grid and its (uniform) trapezoid weight."""
-        return Quadrature(grid_points(n, self.lengths), cell_volume(n, self.lengths),
-                          grid_shape=(n,) * self.dim)
-
-    def holdout(self, n: int, m: int) -> Quadrature:
-        """An ``m^d`` grid (m dividing n) at cell centres of the n-grid, half a cell
-        from its nodes along every axis, with its own weight."""
-        return Quadrature(holdout_points(n, m, self.lengths), cell_volume(m, self.lengths),
-                          grid_shape=(m,) * self.dim)
-
-    def evaluation(self, m: int) -> Quadrature:
-        """The ``m^d`` grid (points in 'ij' order, the layout of the reference's values)."""
-        return self.quadrature(m)
+    def domain(self) -> Box:
+        return Box(self.lengths)
 
 
 def paper_initial_condition(x: Float[Array, " 2"]) -> Float[Array, ""]:

@@ -75,7 +75,8 @@ class Schrodinger(PeriodicSystem):
     def solution(self, x, t):
         """The exact solution where g = 0 (:func:`plane_waves`); none otherwise."""
         if self.g != 0:
-            raise NotImplementedError("the nonlinear Schrödinger equation (g ≠ 0) has ETDRK4 for its reference")
+            raise NotImplementedError("the nonlinear Schrödinger equation (g ≠ 0) has ETDRK4 "
+                                      "for its reference")
         return plane_waves(self, x, t)
 
     def reference_scheme(self):

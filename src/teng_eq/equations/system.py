@@ -7,8 +7,8 @@ component, and its :meth:`operator` receives every component (a :class:`SystemFi
 
 The rest of the library sees a system as one scalar field of the point and the component
 index: its quadratures hold the points once per component, rows ``(x, c)``
-(:func:`~teng_eq.grid.for_components`), and the network gives component c at ``(x, c)``
-(:class:`~teng_eq.model.TENGNet` with one output per component). So a fit's residual,
+(:func:`~teng_eq.domains.quadrature.for_components`), and the network gives component c at ``(x, c)``
+(:class:`~teng_eq.network.paper.TENGNet` with one output per component). So a fit's residual,
 loss and least squares run over every component's rows at once (one Gram, one solve; the
 components weigh alike: the norm of the state is Σᵢ ‖uᵢ‖²), and the error ``rel_l2``
 is that of the whole state; the run also logs one per component (``rel_l2/u``, …).
@@ -17,7 +17,6 @@ is that of the whole state; the run also logs one per component (``rel_l2/u``, �
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -28,7 +27,6 @@ from jaxtyping import Array, Float
 from teng_eq.equations.base import Field, array_module, called, checked_values
 from teng_eq.equations.periodic import PeriodicBox
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature, for_components
 from teng_eq.reference import ClosedForm
 
 
@@ -78,7 +76,8 @@ class SystemField(Mapping):
                 raise KeyError(f"u[{key!r}]: not a component of this system {self.names}")
             key = self.names.index(key)
         if not isinstance(key, (int, np.integer)) or not -len(self.names) <= key < len(self.names):
-            raise IndexError(f"u[{key!r}]: this system's components are {self.names} (0 to {len(self.names) - 1})")
+            raise IndexError(f"u[{key!r}]: this system's components are {self.names} "
+                             f"(0 to {len(self.names) - 1})")
         return Component(self._field, int(key) % len(self.names))
 
     def __iter__(self):
@@ -121,15 +120,12 @@ class PeriodicSystem(PeriodicBox):
     #: One diffusivity νᵢ per component, for the short form (empty where ``operator`` is written out).
     nu: tuple[float, ...] = eqx.field(static=True, default=(), kw_only=True)
 
-    #: Each component's weight in the fits' norm Σ_c w_c ‖u_c‖² (None: all 1), for components
-    #: of different scales.
-    fit_weights: ClassVar[tuple[float, ...] | None] = None
-
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         names = self.components
         if self.short_form and (len(self.nu) != len(names) or not all(v >= 0 for v in self.nu)):
-            raise bad(f"{prefix}.nu", list(self.nu), f"must be {len(names)} numbers >= 0, one per component {names}")
+            raise bad(f"{prefix}.nu", list(self.nu),
+                      f"must be {len(names)} numbers >= 0, one per component {names}")
 
     def operator(self, u: SystemField, t):
         """``(L₁[u], …, L_m[u])`` at ``u``'s points: by default the short form
@@ -172,27 +168,10 @@ class PeriodicSystem(PeriodicBox):
         return {name: grid.weights * jnp.sum(q) for name, q in densities.items()}
 
     def stiff(self, u, t):
-        raise NotImplementedError(f"{type(self).__name__} is a system: the IMEX steppers take scalar equations")
+        raise NotImplementedError(f"{type(self).__name__} is a system: "
+                                  "the IMEX steppers take scalar equations")
 
     # --- the rows (x, c) -------------------------------------------------------------
-
-    def spatial(self, n: int) -> Quadrature:
-        """The box's ``n^d`` grid, each point once."""
-        return super().quadrature(n)
-
-    def quadrature(self, n: int) -> Quadrature:
-        """The fits' rows, each component's weighed by its :attr:`fit_weights`."""
-        return for_components(self.spatial(n), self.components, self.fit_weights)
-
-    def holdout(self, n: int, m: int) -> Quadrature:
-        return for_components(super().holdout(n, m), self.components, self.fit_weights)
-
-    def evaluation(self, m: int) -> Quadrature:
-        """The error norms' rows: the components weigh alike (``rel_l2`` is the state's)."""
-        return for_components(self.spatial(m), self.components)
-
-    def point_count(self, n: int) -> int:
-        return n**self.dim * len(self.components)
 
     def initial_state(self, x):
         """Every component of u₀ at the spatial points ``x`` (coordinate first)."""
@@ -226,7 +205,8 @@ class PeriodicSystem(PeriodicBox):
         if vector is None:
             def vector(p):
                 column = jnp.ones((p.shape[0], 1), p.dtype)
-                return jnp.stack([fn(jnp.concatenate([p, c * column], axis=1)) for c in range(self.outputs)], 1)
+                return jnp.stack([fn(jnp.concatenate([p, c * column], axis=1))
+                                  for c in range(self.outputs)], 1)
         return select(self.operator(self.fields(vector, x), t), index)
 
     def check_functions(self, prefix: str, impl: str | None = None) -> None:
@@ -236,7 +216,8 @@ class PeriodicSystem(PeriodicBox):
         impl = impl or f"{type(self).__module__}:{type(self).__qualname__}"
         points = jnp.asarray(self.spatial(4).points)
         n, x, names = points.shape[0], np.asarray(points).T, self.components
-        if len(set(names)) != len(names) or len(names) < 2 or not all(isinstance(v, str) and v for v in names):
+        if (len(set(names)) != len(names) or len(names) < 2
+                or not all(isinstance(v, str) and v for v in names)):
             raise bad(f"{prefix}.impl", impl, f"components must be two or more distinct names, not {names}")
         weights = self.fit_weights
         if weights is not None and (len(weights) != len(names) or not all(w > 0 for w in weights)):
@@ -262,7 +243,8 @@ class PeriodicSystem(PeriodicBox):
             out = called(key, f"{impl}.invariants", "invariants(u): {name: density}", n,
                          lambda p: self.invariants(self.fields(state, p)), (points,))
             if not isinstance(out, Mapping) or not all(isinstance(k, str) for k in out):
-                raise bad(*key, f"{impl}.invariants returns {type(out).__name__}, expected a dict of name: density")
+                raise bad(*key, f"{impl}.invariants returns {type(out).__name__}, "
+                                "expected a dict of name: density")
             for name, density in out.items():
                 checked_values(key, f"{impl}.invariants[{name!r}]", "a density per point", n, density)
         if isinstance(self.reference_scheme(), ClosedForm):

@@ -23,7 +23,8 @@ def _modes(c: float, t: float):
     derivative in v."""
     for k1, k2, phi, a, b in STANDING2D:
         w = c * math.hypot(k1, k2)
-        yield k1, k2, phi, a * math.cos(w * t) + b * math.sin(w * t) / w, b * math.cos(w * t) - a * w * math.sin(w * t)
+        yield (k1, k2, phi, a * math.cos(w * t) + b * math.sin(w * t) / w,
+               b * math.cos(w * t) - a * w * math.sin(w * t))
 
 
 def standing_waves(equation: Wave, x, t: float = 0.0):
@@ -42,7 +43,8 @@ def standing_waves_energy_form(equation: WaveEnergyForm, x, t: float = 0.0):
     p = q1 = q2 = 0.0 * x[0]
     for k1, k2, phi, a_u, a_v in _modes(equation.c, t):
         arg = k1 * x[0] + k2 * x[1] + phi
-        p, q1, q2 = p + a_v * xp.cos(arg), q1 - equation.c * k1 * a_u * xp.sin(arg), q2 - equation.c * k2 * a_u * xp.sin(arg)
+        p, q1, q2 = (p + a_v * xp.cos(arg), q1 - equation.c * k1 * a_u * xp.sin(arg),
+                     q2 - equation.c * k2 * a_u * xp.sin(arg))
     return p, q1, q2
 
 

@@ -3,20 +3,20 @@
 A method is named by the ``impl`` key of its ``conf/method/*.yaml``; the other keys
 are its :attr:`Method.Options` (a frozen dataclass that checks its own values): a
 method receives only the settings it uses, as plain values, and the :class:`Problem`.
-:func:`teng_eq.simulation.run_simulation` drives any :class:`Method`:
+:func:`teng_eq.run.simulation.run_simulation` drives any :class:`Method`:
 
 * ``cls.check(options, problem, name)`` refuses what it cannot run; then
   ``method = cls.build(options, problem, cache_dir=…, log=…)``;
 * ``state = method.init()``: its whole state, a pytree of arrays (checkpointed as is);
 * ``state, record = method.step(state, key, inputs)``, compiled once, called by the run
-  loop (:func:`teng_eq.driver.advance`): a *sequential* method advances one Δt, a
+  loop (:func:`teng_eq.run.loop.advance`): a *sequential* method advances one Δt, a
   global-in-time one (``sequential = False``, a PINN) runs one block of its optimisation;
   ``inputs``: the :class:`StepInputs` its program takes; ``record``: a
-  :class:`~teng_eq.results.StepRecord`; a method with an embedded error estimate
+  :class:`~teng_eq.fit.results.StepRecord`; a method with an embedded error estimate
   (``cls.error_order(options) > 0``) takes Δt there and reports ``local_error`` and
-  ``u_l2`` (:mod:`teng_eq.controller`);
+  ``u_l2`` (:mod:`teng_eq.run.controller`);
 * ``method.defect(kind)``: the local terms of the a-posteriori error estimate
-  (:class:`teng_eq.estimate.Defect`), or None for a method without one;
+  (:class:`teng_eq.estimate.defect.Defect`), or None for a method without one;
 * ``method.values(state, points, t)``: û(x, t) (a sequential state holds one t);
 * ``method.network(state)``: the trained network, saved as ``params/theta.eqx``.
 
@@ -27,25 +27,25 @@ vector θ of the sequential network, started from the shared fitted θ₀ (TENG,
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import ClassVar
 
 import equinox as eqx
 import jax
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
+from teng_eq.domains.quadrature import Quadrature
 from teng_eq.equations import Equation
 from teng_eq.errors import bad
-from teng_eq.grid import Quadrature, rotated
-from teng_eq.initial_fit import FitOptions, FitReport, cached_initial_parameters, resolve_init
-from teng_eq.model import NetworkConfig, ParamSpace, TENGNet, build_network, parameter_count
-from teng_eq.results import StepRecord
+from teng_eq.fit.results import StepRecord
+from teng_eq.fit.theta0 import FitOptions, FitReport, cached_initial_parameters, resolve_init
+from teng_eq.network.paper import NetworkConfig, TENGNet, build_network, parameter_count
+from teng_eq.network.space import ParamSpace
 
 
 class StepInputs(eqx.Module):
     """What one step is given besides its state and key: its size ``dt``, the local error
     it may ``expected`` (TENG's ``local_error`` stopping) and its start ``t``; None where
-    the step's program does not take it (:func:`teng_eq.driver.step_inputs` decides)."""
+    the step's program does not take it (:func:`teng_eq.run.loop.step_inputs` decides)."""
 
     dt: Float[Array, ""] | float | None = None
     expected: Float[Array, ""] | float | None = None
@@ -113,14 +113,14 @@ class Method(eqx.Module):
     @classmethod
     def error_constant(cls, options) -> float:
         """C of the embedded estimate's leading term ``C (ΔtL)^q y`` on a linear problem
-        (:attr:`teng_eq.integrators.ButcherTableau.error_constant`); what ``dt_initial: auto``
+        (:attr:`teng_eq.stepping.tableau.Tableau.error_constant`); what ``dt_initial: auto``
         sizes a first step by. 0: unknown."""
         return 0.0
 
     @classmethod
     def stability_limit(cls, options) -> float | None:
         """x of the step's stability interval [−x, 0]
-        (:attr:`teng_eq.integrators.ButcherTableau.stability_limit`): under ``dt: auto`` a
+        (:attr:`teng_eq.stepping.tableau.Tableau.stability_limit`): under ``dt: auto`` a
         step is at most x/ρ, ρ the fastest decay the fit's grid resolves. None: no cap."""
         return None
 
@@ -132,8 +132,8 @@ class Method(eqx.Module):
 
 
     def defect(self, kind: str):
-        """The :class:`~teng_eq.estimate.Defect` of the run's error estimate of ``kind``
-        (:data:`teng_eq.estimate.KINDS`), or None for a method without one; it reads
+        """The :class:`~teng_eq.estimate.defect.Defect` of the run's error estimate of ``kind``
+        (:data:`teng_eq.estimate.defect.KINDS`), or None for a method without one; it reads
         :meth:`parameters`."""
         return
 
@@ -146,7 +146,7 @@ class Method(eqx.Module):
     def memory(cls, options, problem: Problem) -> dict[str, tuple[int, str]]:
         """The method's largest arrays, ``{config key: (bytes, what)}`` with the key as
         in the method group (``method.grid``), for the resource preflight
-        (:mod:`teng_eq.resources`): sizes it surely allocates, not a profile. None here."""
+        (:mod:`teng_eq.jobs.resources`): sizes it surely allocates, not a profile. None here."""
         return {}
 
     @classmethod
@@ -174,7 +174,7 @@ class Method(eqx.Module):
         raise NotImplementedError
 
     def holdout_limits(self):
-        """The :class:`~teng_eq.integrators.Holdout` whose ratios a run is flagged by, or
+        """The :class:`~teng_eq.stepping.base.Holdout` whose ratios a run is flagged by, or
         None for a method without a held-out check."""
         return
 
@@ -187,7 +187,8 @@ def require_periodic_domain(problem: Problem, name: str) -> None:
     """One-line :class:`~teng_eq.errors.ConfigError` where the equation's domain has a
     boundary: the baselines fit the PDE alone, with no boundary rows (TENG has them)."""
     if problem.equation.periods is None:
-        raise bad("equation", problem.equation.name, f"method {name} needs a periodic domain (it has no boundary term)")
+        raise bad("equation", problem.equation.name,
+                  f"method {name} needs a periodic domain (it has no boundary term)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,8 +207,8 @@ class ThetaOptions:
 
 class ThetaMethod(Method):
     """A method whose state is θ, the flat parameters of the sequential network
-    (:class:`~teng_eq.model.TENGNet`), started from θ₀ fitted to the initial
-    condition (:mod:`teng_eq.initial_fit`, cached: every such method of a sweep
+    (:class:`~teng_eq.network.paper.TENGNet`), started from θ₀ fitted to the initial
+    condition (:mod:`teng_eq.fit.theta0`, cached: every such method of a sweep
     starts from the same θ₀). Subclasses add their fields through :meth:`parts`."""
 
     Options: ClassVar[type] = ThetaOptions
@@ -239,7 +240,8 @@ class ThetaMethod(Method):
         n = parameter_count(options.network, eq.dim, eq.periods, eq.outputs)
         shapes = {"θ₀'s fit (value+gradient)": (rows * (eq.dim + 1), min(options.fit.stage1_subsample, n)),
                   "θ₀'s fit (value)": (rows, min(options.fit.stage2_subsample, n)),
-                  **{what: (rows, min(cols, n)) for what, cols in cls.step_jacobians(options, problem).items()}}
+                  **{what: (rows, min(cols, n))
+                     for what, cols in cls.step_jacobians(options, problem).items()}}
         what, (r, c) = max(shapes.items(), key=lambda item: item[1][0] * item[1][1])
         return {"method.grid": (8 * r * c, f"{what}: a {r:,} × {c:,} Jacobian")}
 
@@ -266,13 +268,13 @@ class ThetaMethod(Method):
                            fit=dataclasses.asdict(dataclasses.replace(options.fit, grid=fit_grid)))
         # Fresh points (a sampled box's ``fresh``) for θ₀'s value stage as for the steps.
         move = None
-        if eq.fresh:
+        if eq.domain.fresh:
             description["fit_points"] = "moved each chunk"
-            move = functools.partial(rotated, periods=eq.periods)
+            move = eq.domain.move
         _, key = jax.random.split(jax.random.PRNGKey(problem.seed))
-        theta0, report = cached_initial_parameters(net, eq.u0, eq.quadrature(fit_grid), key=key, fit=options.fit,
-                                                   description=description, directory=cache_dir, log=log,
-                                                   move=move)
+        theta0, report = cached_initial_parameters(net, eq.u0, eq.quadrature(fit_grid), key=key,
+                                                   fit=options.fit, description=description,
+                                                   directory=cache_dir, log=log, move=move)
         space = ParamSpace(net)
         return cls(n_steps=problem.n_steps, space=space, theta0=theta0, report=report,
                    **cls.parts(options, problem, space, eq.quadrature(options.grid)))

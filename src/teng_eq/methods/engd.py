@@ -12,7 +12,7 @@ iteration is
 
 a grid line search over ``K = line_search`` step sizes (the ENGD paper: 31).
 ``G⁺∇L`` is computed as the least-squares solution of ``J d = 2ρ`` by the
-sequential methods' solver (:mod:`teng_eq.lstsq`, ``solver``, ``damping``): with
+sequential methods' solver (:mod:`teng_eq.fit.lstsq`, ``solver``, ``damping``): with
 ``cholesky`` that is the damped Gram system ``(G + λI) d = ∇L`` itself, with
 ``svd`` the pseudo-inverse; ``lsq`` records the residual ``‖J d − 2ρ‖₂²``.
 
@@ -29,8 +29,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from teng_eq.errors import bad
-from teng_eq.initial_fit import check_least_squares
-from teng_eq.lstsq import least_squares
+from teng_eq.fit.lstsq import least_squares
+from teng_eq.fit.theta0 import check_least_squares
 from teng_eq.methods.base import Problem
 from teng_eq.methods.pinn import PINN, PINNState
 
@@ -41,7 +41,7 @@ class PINNENGD(PINN):
     @dataclasses.dataclass(frozen=True)
     class Options(PINN.Options):
         line_search: int  # step sizes 2⁻ᵏ, k = 0 … line_search−1, tried each iteration (paper: 31)
-        solver: str  # least squares of G⁺∇L (teng_eq.lstsq)
+        solver: str  # least squares of G⁺∇L (teng_eq.fit.lstsq)
         damping: float
 
         def validate(self, prefix: str) -> None:

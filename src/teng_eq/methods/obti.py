@@ -30,12 +30,12 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from teng_eq.config.options import at_least
+from teng_eq.domains.quadrature import norm2
 from teng_eq.equations import Equation, network_operator
 from teng_eq.errors import bad
-from teng_eq.grid import norm2
+from teng_eq.fit.results import StepRecord
 from teng_eq.methods.base import Problem, StepInputs, ThetaMethod, ThetaOptions, require_periodic_domain
-from teng_eq.options import at_least
-from teng_eq.results import StepRecord
 
 
 class OBTI(ThetaMethod):
@@ -101,7 +101,8 @@ class OBTI(ThetaMethod):
         self, state: Float[Array, " params"], key: PRNGKeyArray, inputs: StepInputs
     ) -> tuple[Float[Array, " params"], StepRecord]:
         theta, losses, gnorms = self.fit(state, self.target(state, inputs.start))
-        return theta, StepRecord(losses=losses[None], inner=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
+        return theta, StepRecord(losses=losses[None],
+                                 inner=jnp.concatenate([gnorms, jnp.full(1, jnp.nan)])[None],
                                  metrics={"step_loss": losses[-1]})
 
 

@@ -35,18 +35,19 @@ import optimistix as optx
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 from scipy.stats import qmc
 
+from teng_eq.config.options import at_least
 from teng_eq.equations import Equation, operator
 from teng_eq.errors import bad
+from teng_eq.fit.results import StepRecord
 from teng_eq.methods.base import Method, Problem, StepInputs, require_periodic_domain
-from teng_eq.model import ParamSpace, PeriodicEmbedding
-from teng_eq.options import at_least
-from teng_eq.results import StepRecord
+from teng_eq.network.paper import PeriodicEmbedding
+from teng_eq.network.space import ParamSpace
 
 
 class SpaceTimeNet(eqx.Module):
     """``û(x, t) = W_out tanh(⋯ tanh(W₁ [e(x); t] + b₁) ⋯) + b_out``: the ENGD paper's
     tanh MLP (Müller & Zeinhofer 2023; one hidden layer there) on the periodic
-    embedding ``e`` of :class:`~teng_eq.model.PeriodicEmbedding` in space and the
+    embedding ``e`` of :class:`~teng_eq.network.paper.PeriodicEmbedding` in space and the
     raw time. Called on one space-time point ``z = (x₁, …, x_d, t)``."""
 
     embedding: PeriodicEmbedding
@@ -56,7 +57,7 @@ class SpaceTimeNet(eqx.Module):
     def __init__(self, dim: int, features: int, width: int, layers: int, lengths, *, key: PRNGKeyArray):
         keys = jax.random.split(key, layers + 2)
         # Phases uniform over the circle, c = 0: the symmetry-aware inits of TENG's
-        # network (teng_eq.model) are chosen per equation for that network, not this one.
+        # network (teng_eq.network.paper) are chosen per equation for that network, not this one.
         self.embedding = PeriodicEmbedding(dim, features, lengths, key=keys[0], init="legacy")
         sizes = [dim * features + 1] + [width] * layers
         self.hidden = tuple(eqx.nn.Linear(a, b, key=k) for a, b, k in zip(sizes[:-1], sizes[1:], keys[1:-1]))

@@ -26,11 +26,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.equations import Equation, network_operator
-from teng_eq.initial_fit import check_least_squares
-from teng_eq.integrators import RK4, ButcherTableau, combine, rk_slopes
+from teng_eq.fit.results import RESULTS, StepRecord, event_counts
+from teng_eq.fit.stage import StageSolver, random_subset
+from teng_eq.fit.theta0 import check_least_squares
 from teng_eq.methods.base import Problem, StepInputs, ThetaMethod, ThetaOptions, require_periodic_domain
-from teng_eq.results import RESULTS, StepRecord, event_counts
-from teng_eq.stage import StageSolver, random_subset
+from teng_eq.stepping.explicit import combine, rk_slopes
+from teng_eq.stepping.tableau import RK4, Tableau
 
 
 class TDVP(ThetaMethod):
@@ -55,7 +56,7 @@ class TDVP(ThetaMethod):
 
     solver: StageSolver
     equation: Equation
-    tableau: ButcherTableau
+    tableau: Tableau
     dt: float = eqx.field(static=True)
     subsample: int = eqx.field(static=True)
 
@@ -71,7 +72,8 @@ class TDVP(ThetaMethod):
     @classmethod
     def parts(cls, options: Options, problem, space, quadrature) -> dict:
         return {"solver": StageSolver(space, quadrature, options.solver, options.damping),
-                "equation": problem.equation, "tableau": RK4, "dt": problem.dt, "subsample": options.subsample}
+                "equation": problem.equation, "tableau": RK4, "dt": problem.dt,
+                "subsample": options.subsample}
 
     def velocity(
         self, theta: Float[Array, " params"], key: PRNGKeyArray, t=0.0
@@ -88,7 +90,7 @@ class TDVP(ThetaMethod):
     def step(self, state: Float[Array, " params"], key: PRNGKeyArray,
              inputs: StepInputs) -> tuple[Float[Array, " params"], StepRecord]:
         keys = jax.random.split(key, self.tableau.stages)
-        nodes = [0.0] + [sum(row) for row in self.tableau.a]  # slope j at t + cⱼΔt
+        nodes = [0.0] + [sum(row) for row in self.tableau.lower]  # slope j at t + cⱼΔt
         t = inputs.start
 
         def slope(j, theta, measured):

@@ -1,30 +1,33 @@
 """TENG as a :class:`~teng_eq.methods.base.Method`: each time step is a TENG
-integrator step (:class:`teng_eq.integrators.TENGStep`), every stage a fit by
-repeated projected least squares (:class:`teng_eq.stage.StageSolver`).
+integrator step (:class:`teng_eq.stepping.explicit.TENGStep`), every stage a fit by
+repeated projected least squares (:class:`teng_eq.fit.stage.StageSolver`).
 
 Per-step metrics: ``step_loss`` (the final fit's loss on the quadrature nodes),
 ``holdout_loss`` and ``holdout_ratio`` (the same fit on held-out points, see
-:mod:`teng_eq.integrators`), ``iterations`` (all stages), and the solver events
-``fallbacks`` and ``zero_steps`` (:data:`teng_eq.results.EVENTS`)."""
+:mod:`teng_eq.stepping.explicit`), ``iterations`` (all stages), and the solver events
+``fallbacks`` and ``zero_steps`` (:data:`teng_eq.fit.results.EVENTS`)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from teng_eq.config.options import at_least, one_of
 from teng_eq.errors import bad
-from teng_eq.estimate import Defect
-from teng_eq.initial_fit import check_least_squares
-from teng_eq.integrators import TABLEAUS, Holdout, TENGStep
+from teng_eq.estimate.defect import Defect
+from teng_eq.fit.results import StepRecord
+from teng_eq.fit.stage import StageSolver, Stopping
+from teng_eq.fit.theta0 import check_least_squares
 from teng_eq.methods.base import Problem, StepInputs, ThetaMethod, ThetaOptions
-from teng_eq.options import at_least, one_of
-from teng_eq.results import StepRecord
-from teng_eq.stage import StageSolver, Stopping
+from teng_eq.stepping.base import Holdout, Step
+from teng_eq.stepping.explicit import TENGStep
+from teng_eq.stepping.tableau import TABLEAUS, Tableau
 
-#: Where a stage's fit starts (:class:`teng_eq.integrators.TENGStep`).
+#: Where a stage's fit starts (:class:`teng_eq.stepping.explicit.TENGStep`).
 WARM_STARTS = ("previous", "extrapolate")
 
 
@@ -40,16 +43,17 @@ class Extrapolating(eqx.Module):
 
 class TENG(ThetaMethod):
     """TENG-Euler, -Heun or -RK4 (``integrator``), paper Algorithms ``TENG_Euler`` /
-    ``TENG_Heun`` and the RK4 tableau of :mod:`teng_eq.integrators`."""
+    ``TENG_Heun`` and the RK4 tableau of :mod:`teng_eq.stepping.explicit`."""
 
     @dataclasses.dataclass(frozen=True)
     class Options(ThetaOptions):
         """TENG's settings (``conf/method/teng_*.yaml``; the top-level keys of the same
-        names feed them): the ``integrator``, the iteration caps of a step's first
-        stage and of the others, the parameters drawn on a step's first iteration and
-        on the others, the least squares, the stopping policy, the held-out check and
-        where a stage's fit starts (``warm_start``, ``warm_rate``); ``conserve``: project
-        each step onto the invariants a system declares (:func:`~teng_eq.integrators.project`)."""
+        names feed them): the ``integrator`` (one of :attr:`FAMILY`), the iteration caps of
+        a step's first stage and of the others, the parameters drawn on a step's first
+        iteration and on the others, the least squares, the stopping policy, the held-out
+        check and where a stage's fit starts (``warm_start``, ``warm_rate``); ``conserve``:
+        project each step onto the invariants a system declares
+        (:func:`~teng_eq.stepping.explicit.project`)."""
 
         integrator: str
         iters: int
@@ -64,9 +68,12 @@ class TENG(ThetaMethod):
         warm_rate: float
         conserve: bool
 
+        #: The tableaux this method's ``integrator`` names.
+        FAMILY: ClassVar[dict[str, Tableau]] = TABLEAUS
+
         def validate(self, prefix: str) -> None:
             ThetaOptions.validate(self, prefix)
-            one_of(f"{prefix}.integrator", self.integrator, sorted(TABLEAUS))
+            one_of(f"{prefix}.integrator", self.integrator, sorted(self.FAMILY))
             one_of(f"{prefix}.warm_start", self.warm_start, WARM_STARTS)
             if not 0.0 <= self.warm_rate <= 1.0:
                 raise bad(f"{prefix}.warm_rate", self.warm_rate, "must be in [0, 1]")
@@ -74,30 +81,36 @@ class TENG(ThetaMethod):
             check_least_squares(prefix, self.solver, self.damping)
             if self.holdout.grid is not None and self.grid % self.holdout.grid:
                 raise bad(f"{prefix}.holdout.grid", self.holdout.grid, f"must divide grid={self.grid}")
-            if self.stopping.policy == "local_error" and not TABLEAUS[self.integrator].error_order:
+            if self.stopping.policy == "local_error" and not self.local_error_stopping():
                 raise bad(f"{prefix}.stopping.policy", self.stopping.policy,
-                    f"needs an embedded error estimate, which integrator {self.integrator} has not")
+                          "needs an explicit integrator with an embedded error estimate, "
+                          f"not {self.integrator}")
             if self.stopping.min_iters > min(self.iters, self.iters_later):
                 raise bad(f"{prefix}.stopping.min_iters", self.stopping.min_iters,
-                    f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
+                          f"must be <= min(iters, iters_later)={min(self.iters, self.iters_later)}")
+
+        def local_error_stopping(self) -> bool:
+            """Whether the ``local_error`` stopping policy can run: its stages read the step's
+            expected local error, which an explicit step with an embedded estimate has."""
+            return bool(self.FAMILY[self.integrator].error_order)
 
     systems = True  # its fits and steps see a system's rows (x, c) as a scalar's
 
-    advance: TENGStep
+    advance: Step  # explicit here, implicit in ImplicitTENG
     holdout: Holdout = eqx.field(static=True)
     grid_shape: tuple[int, ...] | None = eqx.field(static=True, default=None)  # the fit's grid
 
     @classmethod
     def error_order(cls, options: Options) -> int:
-        return TABLEAUS[options.integrator].error_order
+        return options.FAMILY[options.integrator].error_order
 
     @classmethod
     def error_constant(cls, options: Options) -> float:
-        return TABLEAUS[options.integrator].error_constant if TABLEAUS[options.integrator].b_error else 0.0
+        return options.FAMILY[options.integrator].error_constant
 
     @classmethod
-    def stability_limit(cls, options: Options) -> float:
-        return TABLEAUS[options.integrator].stability_limit
+    def stability_limit(cls, options: Options) -> float | None:
+        return options.FAMILY[options.integrator].stability_limit
 
     def defect(self, kind: str) -> Defect | None:
         """On the held-out points of the step (points no fit uses); the fit's grid bounds
@@ -123,20 +136,24 @@ class TENG(ThetaMethod):
     def parts(cls, options: Options, problem, space, quadrature) -> dict:
         eq = problem.equation
         solver = StageSolver(space, quadrature, options.solver, options.damping, options.stopping)
-        advance = TENGStep(
-            tableau=TABLEAUS[options.integrator], solver=solver, equation=eq, dt=problem.dt,
-            iters=options.iters, iters_later=options.iters_later, subsample_first=options.subsample_first,
-            subsample=options.subsample, boundary=quadrature.boundary,
-            holdout=eq.holdout(options.grid, eq.holdout_size(options.grid, options.holdout)),
-            moving=eq.fresh,
-            warm_start=options.warm_start, warm_rate=options.warm_rate,
-            conserve=options.grid if options.conserve else None,
-        )
-        return {"advance": advance, "holdout": options.holdout, "grid_shape": quadrature.grid_shape}
+        shared = dict(tableau=options.FAMILY[options.integrator], dt=problem.dt, iters=options.iters,
+                      iters_later=options.iters_later, subsample_first=options.subsample_first,
+                      subsample=options.subsample, warm_start=options.warm_start, warm_rate=options.warm_rate,
+                      holdout=eq.holdout(options.grid, eq.holdout_size(options.grid, options.holdout)))
+        return {"advance": cls.make_step(options, problem, solver, quadrature, shared),
+                "holdout": options.holdout, "grid_shape": quadrature.grid_shape}
+
+    @classmethod
+    def make_step(cls, options: Options, problem, solver: StageSolver, quadrature, shared: dict) -> Step:
+        """The step on ``solver``, with the settings every TENG step takes (``shared``)."""
+        return TENGStep(solver=solver, equation=problem.equation, boundary=quadrature.boundary,
+                        moving=problem.equation.domain.fresh,
+                        conserve=options.grid if options.conserve else None, **shared)
 
     def init(self) -> Float[Array, " params"] | Extrapolating:
         theta = self.theta0
-        return Extrapolating(theta, jnp.zeros_like(theta)) if self.advance.warm_start == "extrapolate" else theta
+        return (Extrapolating(theta, jnp.zeros_like(theta)) if self.advance.warm_start == "extrapolate"
+                else theta)
 
     def parameters(self, state) -> Float[Array, " params"]:
         return state.theta if isinstance(state, Extrapolating) else state

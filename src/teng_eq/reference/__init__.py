@@ -21,7 +21,7 @@ def reference_solution(equation, times, *, cache_dir=None, n=None, dt: float | N
     ``n`` (modes per axis), ``dt`` (largest time step): the scheme's resolution where it
     has one, None for its default (an exact scheme ignores ``dt``; the Bessel series
     both). ``cache_dir``: where a scheme that caches (ETDRK4) keeps its files; None →
-    :func:`teng_eq.cache.cache_dir`, ``False`` → no cache.
+    :func:`teng_eq.cache.files.cache_dir`, ``False`` → no cache.
     """
     times = np.atleast_1d(np.asarray(times, dtype=np.float64))
     if times.ndim != 1 or times.size == 0 or times[0] < 0 or np.any(np.diff(times) < 0):
@@ -59,6 +59,7 @@ def save_npz(path, equation, solution, m: int) -> Path:
 
 
 __all__ = [
-    "ClosedForm", "ClosedFormSolution", "DecayingModes", "ETDRK4Solution", "ExactFourier", "FourierSolution", "Pseudospectral",
-    "SpectralSolution", "etdrk4_coefficients", "reference_anytime", "reference_solution", "save_npz",
+    "ClosedForm", "ClosedFormSolution", "DecayingModes", "ETDRK4Solution", "ExactFourier", "FourierSolution",
+    "Pseudospectral", "SpectralSolution", "etdrk4_coefficients", "reference_anytime", "reference_solution",
+    "save_npz",
 ]

@@ -29,8 +29,8 @@ import math
 import numpy as np
 import scipy.fft as sfft
 
-from teng_eq.cache import array_digest, content_description, digest, load_arrays, store_or_warn
-from teng_eq.cache import cache_dir as cache_dir_of
+from teng_eq.cache.files import array_digest, content_description, digest, load_arrays, store_or_warn
+from teng_eq.cache.files import cache_dir as cache_dir_of
 from teng_eq.reference.fourier import (
     _WORKERS,
     FourierSolution,
@@ -158,7 +158,8 @@ class _Pseudospectral:
         h = [n // 2 for n in shape]
         sides = [((slice(0, hd), slice(0, hd)), (slice(n - hd + 1, n), slice(k - hd + 1, k)))
                  for n, k, hd in zip(shape[:-1], self.pad[:-1], h[:-1])]
-        self.blocks = [(tuple(b[0] for b in c) + (slice(0, h[-1]),), tuple(b[1] for b in c) + (slice(0, h[-1]),))
+        self.blocks = [(tuple(b[0] for b in c) + (slice(0, h[-1]),),
+                        tuple(b[1] for b in c) + (slice(0, h[-1]),))
                        for c in itertools.product(*sides)]
 
     def weights(self, h: float) -> tuple[np.ndarray, ...]:
@@ -213,8 +214,9 @@ class _Pseudospectral:
             grad_u = [np.broadcast_to(0.0, (len(self.shape), *u[0].shape))] * len(u)
         nl = self.equation.nonlinear(u, grad_u)
         # Copies: _from_grid transforms in place, and N may return one of the u's itself.
-        return np.stack([self._from_grid(np.array(np.broadcast_to(np.asarray(n, dtype=np.float64), u[0].shape)))
-                         for n in nl])
+        return np.stack([
+            self._from_grid(np.array(np.broadcast_to(np.asarray(n, dtype=np.float64), u[0].shape)))
+            for n in nl])
 
 
 def _step_sizes(times: np.ndarray, dt: float) -> list[tuple[float, int]]:
@@ -381,7 +383,8 @@ def solve(equation, times, shape: tuple[int, ...], dt: float, degree: int, memor
     m = len(equation.components)
     stride = max(1, math.ceil(len(times) * spectrum_bytes(shape, max(m, 1)) / memory))
     n_keep = -(-len(times) // stride)
-    checkpoints = np.empty((n_keep, *((m,) if m else ()), *shape[:-1], shape[-1] // 2 + 1), dtype=np.complex128)
+    checkpoints = np.empty((n_keep, *((m,) if m else ()), *shape[:-1], shape[-1] // 2 + 1),
+                           dtype=np.complex128)
     solution = ETDRK4Solution(equation, times, shape, dt, degree, stride, checkpoints)
     v = initial_spectrum(equation, shape) * solution.operator.keep
     for j in range(len(times)):
@@ -433,10 +436,10 @@ class Pseudospectral:
         :meth:`default`. Cached as ``<cache_dir>/reference-<sha256>.npz`` (the checkpoints
         only), keyed by the equation (class and every field), u₀ on the ``n`` grid, the
         resolution, the exact bytes of ``times`` and :data:`CACHE_VERSION`; a
-        self-checking entry (:func:`teng_eq.cache.store_arrays`): a damaged or stale
+        self-checking entry (:func:`teng_eq.cache.files.store_arrays`): a damaged or stale
         file is recomputed, and concurrent writers never leave a partial one; a cache
         that cannot be written costs a warning, not the solution.
-        ``cache_dir=None`` → :func:`teng_eq.cache.cache_dir`; ``False`` → no cache."""
+        ``cache_dir=None`` → :func:`teng_eq.cache.files.cache_dir`; ``False`` → no cache."""
         # Resolved before hashing, so that explicit defaults and None share one cache file.
         times, shape, dt = self._resolve(equation, times, n, dt)
         if cache_dir is False:

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.fft as sfft
 import scipy.linalg
 
-from teng_eq.grid import grid_axes
+from teng_eq.domains.quadrature import grid_axes
 
 _WORKERS = min(os.cpu_count() or 1, 8)
 
@@ -226,9 +226,9 @@ def drop_nyquist(coef: np.ndarray, shape) -> np.ndarray:
 class ExactFourier:
     """Reference scheme: exact decay of every Fourier mode of u₀, for ``∂ₜu = ν Δu`` on
     a periodic box; for a linear constant-coefficient system, every mode's matrix
-    exponential of the system's ``linear_symbol`` (:class:`CoupledModes`). ``n`` modes per axis by default (even); u₀ must be resolved by
-    them (its coefficients beyond n/2 negligible), which the equation's choice of
-    ``n`` states.
+    exponential of the system's ``linear_symbol`` (:class:`CoupledModes`). ``n`` modes per axis by
+    default (even); u₀ must be resolved by them (its coefficients beyond n/2 negligible), which the
+    equation's choice of ``n`` states.
 
     The Nyquist modes of the DFT are dropped (as in the ETDRK4 solver): their
     derivative is not real.

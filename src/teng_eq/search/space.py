@@ -2,21 +2,21 @@
 
 Every axis is one config key (or config group) and a sweep expression:
 
-=================================  ==========================================  =============================
-override                           Optuna distribution                         values the preflight checks
-=================================  ==========================================  =============================
-``dt=0.0025,0.005,0.01``           categorical over the written values         every value
-``method=choice(teng_heun,…)``     the same                                    every value
-``iters=range(2,8)``               integers 2 … 7 (Hydra's stop is exclusive)  all (up to 8), else ends + middle
+==============================  ==========================================  =============================
+override                        Optuna distribution                         values the preflight checks
+==============================  ==========================================  =============================
+``dt=0.0025,0.005,0.01``        categorical over the written values         every value
+``method=choice(teng_heun,…)``  the same                                    every value
+``iters=range(2,8)``            integers 2 … 7 (Hydra's stop is exclusive)  all (up to 8), else ends + middle
 ``subsample=tag(log,range(64,1025))``  integers 64 … 1024, drawn on a log scale  ends + middle
 ``controller.rtol=tag(log,interval(1e-7,1e-4))``  floats, log scale (``log``)  ends + middle
-``x=tag(int,interval(2,9))``       integers 2 … 9                              as ``range``
-=================================  ==========================================  =============================
+``x=tag(int,interval(2,9))``    integers 2 … 9                              as ``range``
+==============================  ==========================================  =============================
 
 A plain ``key=value`` fixes that key in every trial. Categorical values are kept as
 the strings written, so that a trial's override reproduces exactly what was typed.
 The checks here are of the space itself (bounds, types); whether a value suits the
-config is the preflight's question (:func:`teng_eq.preflight.preflight`), asked of
+config is the preflight's question (:func:`teng_eq.jobs.preflight.preflight`), asked of
 the points :meth:`Axis.checked_values` names, before any compute.
 
 A Hydra importer (its override parser), written for the frontier sweeper

@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from teng_eq.cache import digest, file_lock
+from teng_eq.cache.files import digest, file_lock
+from teng_eq.config.options import BOOKKEEPING
 from teng_eq.errors import ConfigError
-from teng_eq.options import BOOKKEEPING
 from teng_eq.search.space import Space
 
 

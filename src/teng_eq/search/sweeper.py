@@ -138,7 +138,8 @@ class _Search:
         self.s, self.study, self.space, self.uri, self.storage = sweeper, study, space, uri, storage
         self.name = study.study_name
         self.client = open_client(uri)
-        self.parent = os.environ.get(PARENT_RUN_ENV)  # the search's parent run (teng_eq.tracking.SweepCallback)
+        # the search's parent run (teng_eq.tracking.SweepCallback)
+        self.parent = os.environ.get(PARENT_RUN_ENV)
         self.returns: list[Sequence[JobReturn]] = []
 
     # --- the loop -----------------------------------------------------------------
@@ -188,7 +189,8 @@ class _Search:
                   for a in self.space.axes}
         params, outside = baseline_params(self.space, values)
         if outside:
-            log.warning("no baseline trial: the config's %s lies outside the search space", ", ".join(outside))
+            log.warning("no baseline trial: the config's %s lies outside the search space",
+                        ", ".join(outside))
             return
         self.study.enqueue_trial(params, user_attrs={"baseline": True}, skip_if_exists=True)
 
@@ -254,7 +256,8 @@ class _Search:
             else:
                 status = run.info.status
                 source = run
-                if status not in ("FINISHED", "FAILED") and result is not None and result.status == JobStatus.COMPLETED:
+                if (status not in ("FINISHED", "FAILED") and result is not None
+                        and result.status == JobStatus.COMPLETED):
                     # The job returned without writing its run: its configuration was FINISHED already.
                     source = finished_twin(self.client, run) or run
                     status = source.info.status
@@ -275,8 +278,8 @@ class _Search:
                             why.splitlines()[0][:300] if why else "")
             else:
                 self.study.tell(number, values)
-                log.info("trial %d: %s %.3e, %s %.4g (%s)", number, self.s.error, values[0], self.s.cost, values[1],
-                         describe(frozen.params))
+                log.info("trial %d: %s %.3e, %s %.4g (%s)", number, self.s.error, values[0], self.s.cost,
+                         values[1], describe(frozen.params))
 
     # --- the answer ---------------------------------------------------------------
 
@@ -287,7 +290,8 @@ class _Search:
         trials = self.study.get_trials(deepcopy=False)
         states = {s.name: sum(t.state == s for t in trials) for s in TrialState}
         runs = study_runs(self.client, self.name)
-        statuses = {s: sum(r.info.status == s for r in runs) for s in ("FINISHED", "FAILED", "KILLED", "RUNNING")}
+        statuses = {s: sum(r.info.status == s for r in runs)
+                    for s in ("FINISHED", "FAILED", "KILLED", "RUNNING")}
         e, c = self.s.error, self.s.cost
         print(f"study {self.name} ({self.storage}): {len(trials)} trials: "
               + ", ".join(f"{n} {s.lower()}" for s, n in states.items() if n))
@@ -296,7 +300,8 @@ class _Search:
               + (f"; parent run {self.parent}" if self.parent else ""))
         best = front(self.study)
         if best:
-            print(f"front ({len(best)} trial{'s' * (len(best) != 1)}, cheapest first):  trial  {e}  {c}  parameters")
+            print(f"front ({len(best)} trial{'s' * (len(best) != 1)}, cheapest first):  "
+                  f"trial  {e}  {c}  parameters")
             for t in best:
                 print(f"  {t.number:4d}  {t.values[0]:.3e}  {t.values[1]:.4g}  {describe(t.params)}")
         if self.s.target is None:

@@ -3,6 +3,8 @@ use, never at import): the store, which run a job writes (claims), batched write
 job's run logger, what a run could not log, the sweep callback, the readers of
 ``pipeline/analyze.py`` and a frontier search's trials, one module each."""
 
+from teng_eq.tracking.claims import RunInProgress, claim_lock
+from teng_eq.tracking.logger import RunLogger, tracked_run
 from teng_eq.tracking.readers import (
     SelectionError,
     artifact_copies,
@@ -27,8 +29,6 @@ from teng_eq.tracking.store import (
     ui_address,
 )
 from teng_eq.tracking.sweep import PARENT_RUN_ENV, SweepCallback, sweep_hash, sweep_jobs
-from teng_eq.tracking.claims import RunInProgress, claim_lock
-from teng_eq.tracking.logger import RunLogger, tracked_run
 
 __all__ = [
     "PARENT_RUN_ENV", "RunInProgress", "RunLogger", "SelectionError", "StoreUnavailable", "SweepCallback",

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from teng_eq.cache import file_lock
+from teng_eq.cache.files import file_lock
 from teng_eq.tracking.store import (
     HEARTBEAT_S,
     ensure_experiment,
@@ -148,7 +148,8 @@ def _claim(client, exp_id, run_name, tags, config_hash, resume) -> Opened:
         return Opened(client, done.info.run_id, "skipped", previous=done)
     for r in runs:
         if r.info.status == "RUNNING" and _is_mine(r, tags):
-            return _resume(client, r, None) if "attempt" in r.data.tags else Opened(client, r.info.run_id, "new")
+            return (_resume(client, r, None) if "attempt" in r.data.tags
+                    else Opened(client, r.info.run_id, "new"))
     live = [r for r in runs if r.info.status == "RUNNING" and not is_stale(r.data.tags)]
     if live:
         return Opened(client, live[0].info.run_id, "busy", previous=live[0])
@@ -160,8 +161,8 @@ def _claim(client, exp_id, run_name, tags, config_hash, resume) -> Opened:
 def open_run(tracking_uri, experiment, artifact_root, run_name, tags, config_hash, resume, *,
               retry_s: float, claim_lock: Path | None, wait: bool, cancel: threading.Event) -> Opened:
     client = open_client(tracking_uri)
-    exp_id = retrying(ensure_experiment, client, experiment, artifact_root, budget_s=retry_s, what=tracking_uri,
-                      stop=cancel)
+    exp_id = retrying(ensure_experiment, client, experiment, artifact_root, budget_s=retry_s,
+                      what=tracking_uri, stop=cancel)
     said = False
     while True:
         # The heartbeat to the millisecond: this claim's mark (_is_mine).

@@ -21,7 +21,7 @@ from concurrent import futures
 from concurrent.futures import Future
 from pathlib import Path
 
-from teng_eq.cache import cache_dir
+from teng_eq.cache.files import cache_dir
 from teng_eq.interrupts import Interrupted
 from teng_eq.tracking.claims import Opened, open_run
 from teng_eq.tracking.store import StoreUnavailable, first_line, retrying
@@ -42,16 +42,17 @@ class RunLogger:
     The run is opened in a background thread (``opening``); ``seconds`` adds up the
     time the caller spends in its calls and in :meth:`timed` blocks: the tracking
     overhead of the run. Artifacts are uploaded at once, with up to ``retry_s`` of
-    retries; past that they are kept in :attr:`spool` for the local record of the run.
+    retries; past that they are kept in the folder ``spool(run_id)`` gives (:meth:`spool_dir`) for the
+    local record of the run.
     """
 
-    def __init__(self, opening: Future, uri: str, retry_s: float):
+    def __init__(self, opening: Future, uri: str, retry_s: float, spool: Callable[[str], Path] | None = None):
         self._opening = opening
         self.uri, self.retry_s = uri, retry_s
         self.seconds = 0.0
-        #: Where what cannot reach the store goes: ``<spool>/`` (set by the job
-        #: beside its checkpoint; else ``<cache>/unlogged/<run id>``).
-        self.spool: Path | None = None
+        #: Where what cannot reach the store goes, by run id: the job's, beside its
+        #: checkpoint; else ``<cache>/unlogged/<run id>``.
+        self._spool = spool
         self.store_gone = False  # gave up once: later calls do not wait again
         self._writer = BatchWriter(opening.result, uri)
         self._artifacts: list[tuple[str, str | None]] = []  # spooled: (path in spool, artifact folder)
@@ -135,7 +136,7 @@ class RunLogger:
             self._spool_artifact(path, folder)
 
     def spool_dir(self) -> Path:
-        return self.spool if self.spool is not None else cache_dir() / "unlogged" / self.run_id
+        return self._spool(self.run_id) if self._spool is not None else cache_dir() / "unlogged" / self.run_id
 
     def _spool_artifact(self, path: Path, folder: str | None) -> None:
         target = self.spool_dir() / "artifacts" / (folder or "") / path.name
@@ -201,7 +202,8 @@ def _in_background(fn: Callable, *args, **kwargs) -> Future:
 def tracked_run(tracking_uri: str, experiment: str, *, artifact_root: Path | None = None,
         run_name: str | None = None, tags: Mapping[str, str] | None = None, parent_run_id: str | None = None,
         config_hash: str | None = None, resume: bool = False, retry_s: float = 600.0,
-        claim_lock: Path | None = None, wait: bool = False) -> Iterator[RunLogger]:
+        claim_lock: Path | None = None, wait: bool = False,
+        spool: Callable[[str], Path] | None = None) -> Iterator[RunLogger]:
     """An MLflow run that ends FINISHED, FAILED (``failure_reason`` set, plus the
     exception's own ``tags`` mapping if it has one) or KILLED (on
     ``KeyboardInterrupt``, e.g. :class:`~teng_eq.interrupts.Interrupted` by a
@@ -214,7 +216,8 @@ def tracked_run(tracking_uri: str, experiment: str, *, artifact_root: Path | Non
 
     The run is opened in the background (see :class:`RunLogger`); an error in
     doing so surfaces at the first flush or ``run.outcome``, or on leaving the
-    block. ``retry_s``: how long the store may be away when the run needs it
+    block. ``spool``: where, by run id, what the run could not log goes. ``retry_s``: how
+    long the store may be away when the run needs it
     (opening, artifacts, its end; :data:`KILLED_RETRY_S` at most for a KILLED end).
     """
     tags = {k: str(v) for k, v in (tags or {}).items()}
@@ -223,7 +226,7 @@ def tracked_run(tracking_uri: str, experiment: str, *, artifact_root: Path | Non
     cancel = threading.Event()
     opening = _in_background(open_run, tracking_uri, experiment, artifact_root, run_name, tags, config_hash,
                              resume, retry_s=retry_s, claim_lock=claim_lock, wait=wait, cancel=cancel)
-    logger = RunLogger(opening, tracking_uri, retry_s)
+    logger = RunLogger(opening, tracking_uri, retry_s, spool)
     try:
         yield logger
         if logger.outcome != "skipped":
@@ -248,7 +251,8 @@ def tracked_run(tracking_uri: str, experiment: str, *, artifact_root: Path | Non
         logger.tags({"killed_reason" if killed else "failure_reason": reason, **extra,
                      "failure_tags": ",".join(extra)})
         try:
-            logger.finish("KILLED" if killed else "FAILED", min(retry_s, KILLED_RETRY_S) if killed else retry_s)
+            logger.finish("KILLED" if killed else "FAILED",
+                          min(retry_s, KILLED_RETRY_S) if killed else retry_s)
         except StoreUnavailable as err:
             _log.error("%s", err)  # the run's own failure is what the caller reports
         except Exception as err:  # noqa: BLE001 - the run's own failure is the one to raise

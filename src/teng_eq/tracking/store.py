@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from teng_eq.cache import file_lock, probe_folder
+from teng_eq.cache.files import file_lock, probe_folder
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -126,7 +126,8 @@ def _check_credentials(tracking_uri: str) -> None:
     environment (:data:`CREDENTIALS`, or a bearer :data:`TOKEN`). ``/health`` answers
     anyone; one search of the experiments tells whether the jobs will be let in."""
     user, password, token = (os.environ.get(k) for k in (*CREDENTIALS, TOKEN))
-    request = urllib.request.Request(tracking_uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    request = urllib.request.Request(tracking_uri.rstrip("/")
+                                     + "/api/2.0/mlflow/experiments/search?max_results=1")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     elif user and password:
@@ -137,7 +138,8 @@ def _check_credentials(tracking_uri: str) -> None:
             return
     except urllib.error.HTTPError as err:
         if err.code == 401 and not (token or (user and password)):
-            why = f"the server asks for credentials: set {CREDENTIALS[0]} and {CREDENTIALS[1]} in the environment"
+            why = (f"the server asks for credentials: set {CREDENTIALS[0]} and {CREDENTIALS[1]} "
+                   "in the environment")
         elif err.code in (401, 403):
             sent = f"{TOKEN}" if token else f"{CREDENTIALS[0]}={user}"
             why = f"the server refuses the credentials of {sent} (HTTP {err.code})"

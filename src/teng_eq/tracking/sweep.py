@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from teng_eq import interrupts
-from teng_eq.cache import cache_dir, digest, file_lock
-from teng_eq.options import BOOKKEEPING
+from teng_eq.cache.files import cache_dir, digest, file_lock
+from teng_eq.config.options import BOOKKEEPING
 from teng_eq.tracking.claims import REUSED_TAG, Heartbeat, claim_lock, reopen
 from teng_eq.tracking.store import (
     StoreUnavailable,
@@ -108,7 +108,8 @@ class SweepCallback:
     def __getstate__(self) -> dict:
         # Launchers pickle the callbacks into each job's process; the parent run
         # belongs to the launching process alone.
-        return {"uri": None, "run_id": None, "address": None, "attempt": 1, "retry_s": 60.0, "_heartbeat": None}
+        return {"uri": None, "run_id": None, "address": None, "attempt": 1, "retry_s": 60.0,
+                "_heartbeat": None}
 
     def on_multirun_start(self, config, **kwargs) -> None:
         try:

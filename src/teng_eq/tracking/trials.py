@@ -56,7 +56,8 @@ def finished_twin(client: MlflowClient, run):
     if not chash:
         return None
     runs = search(client, [run.info.experiment_id],
-                  f"tags.config_hash = '{chash}' and tags.run_kind = 'job' and attributes.status = 'FINISHED'",
+                  f"tags.config_hash = '{chash}' and tags.run_kind = 'job' "
+                  "and attributes.status = 'FINISHED'",
                   order_by=["attributes.start_time DESC"])
     return runs[0] if runs else None
 

@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from teng_eq.cache import write_atomic
+from teng_eq.cache.files import write_atomic
 from teng_eq.tracking.store import open_client
 
 #: Bumped when the layout of ``run.json`` changes.

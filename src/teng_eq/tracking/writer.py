@@ -69,8 +69,8 @@ class BatchWriter:
         if self.error is not None:
             raise self.error
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name=f"mlflow-writer-{self._opened().run_id[:8]}",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._loop,
+                                            name=f"mlflow-writer-{self._opened().run_id[:8]}", daemon=True)
             self._thread.start()
         self._wake.set()
 
@@ -118,7 +118,8 @@ class BatchWriter:
             if step not in steps:
                 steps.add(step)
                 metrics.append(Metric(name, value, stamp, step))
-        self._queue += [("params", params[i : i + _BATCH_PARAMS]) for i in range(0, len(params), _BATCH_PARAMS)]
+        self._queue += [("params", params[i : i + _BATCH_PARAMS])
+                        for i in range(0, len(params), _BATCH_PARAMS)]
         if self._tags:
             self._queue.append(("tags", [RunTag(*t) for t in self._tags]))
         self._queue += [("metrics", metrics[i : i + _BATCH_METRICS])

@@ -1,0 +1,2 @@
+"""Settings as validated, frozen dataclasses, and the classes a config names by ``impl``
+(:mod:`.options`); no JAX."""

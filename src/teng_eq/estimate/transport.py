@@ -1,0 +1,195 @@
+"""The error carried as a field through the linearised operator L′[û] on a periodic grid
+(:class:`Transport`; a system's, :class:`SystemTransport`): its coefficients by autodiff,
+its Fourier diagonal, the exponential Euler rule of a step, and the stable step of an
+explicit tableau on the modes a fit resolves; also the implicit stages' spectral
+operators (:mod:`teng_eq.stepping.implicit`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+from jaxtyping import Array, Float
+
+from teng_eq.equations import Equation, Field
+
+
+class Transport(eqx.Module):
+    """The error's transport through L′[û] on a periodic grid of ``shape`` (module
+    docstring): the multi-indices ``alphas`` of a differential operator of the
+    equation's order and their symbols (ik)^α on the grid's wave numbers (flattened
+    'ij', the grid's point order; odd derivatives of the Nyquist wave are 0), and on the
+    wave numbers a fit on a grid of shape ``resolved`` represents, |k_i| ≤ π m_i / L_i
+    (an ellipse; ``resolving``), where a step must be stable (:meth:`radius`)."""
+
+    alphas: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    shape: tuple[int, ...] = eqx.field(static=True)
+    symbols: np.ndarray  # (alphas, n) complex
+    resolving: np.ndarray  # (alphas, modes) complex
+
+    def __init__(self, periods, shape: tuple[int, ...], order: int, resolved: tuple[int, ...] | None = None):
+        dim = len(shape)
+        self.alphas = tuple(a for a in itertools.product(range(order + 1), repeat=dim) if sum(a) <= order)
+        self.shape = tuple(shape)
+        self.symbols = self._symbols(periods, shape, nyquist_odd=True)
+        resolved = self.shape if resolved is None else tuple(resolved)
+        symbols = self._symbols(periods, resolved, nyquist_odd=False)
+        k = np.meshgrid(*[np.fft.fftfreq(m, 1.0 / m) / (m / 2) for m in resolved], indexing="ij")
+        self.resolving = symbols[:, sum(kk**2 for kk in k).ravel() <= 1.0]
+
+    def _symbols(self, periods, shape, nyquist_odd: bool) -> np.ndarray:
+        """(ik)^α for every α on the wave numbers of a grid of ``shape`` (flattened 'ij'),
+        ``nyquist_odd``: the Nyquist wave's odd derivatives 0 (as a spectral derivative's)."""
+        n = [np.fft.fftfreq(m, 1.0 / m) for m in shape]
+        k = [2 * np.pi / length * nn for length, nn in zip(periods, n)]
+        odd = [np.where(np.abs(nn) == m / 2, 0.0, kk) if nyquist_odd else kk
+               for kk, nn, m in zip(k, n, shape)]
+        mesh = [np.meshgrid(*axes, indexing="ij") for axes in (k, odd)]
+        return np.stack([np.prod([(1j * mesh[a_i % 2][i]) ** a_i for i, a_i in enumerate(a)], axis=0).ravel()
+                         for a in self.alphas])
+
+    def radius(self, a: np.ndarray) -> float:
+        """ρ = max over the resolved wave numbers of −Re Λ(k) (≥ 0), Λ from the mean
+        coefficients ``a`` (:meth:`symbol`): the fastest rate at which L′[û] damps a mode
+        the fit can hold. An explicit step of Δt is stable on all of them where Δt ρ is
+        within its stability interval."""
+        return max(0.0, float(np.max(-(np.mean(np.asarray(a, np.float64), axis=1) @ self.resolving).real)))
+
+    def coefficients(self, equation: Equation, u_fn: Callable, points, t) -> Float[Array, "alphas n"]:
+        """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
+        φ_α(p) = Π_i (p_i − p̄_i)^{α_i}/α_i! (p̄ = p held fixed): every derivative of φ_α at
+        every point is 0 but ∂^α φ_α = 1, so the derivative along e_α is a_α itself."""
+        def lin(e):
+            def fn(p):
+                q = p - jax.lax.stop_gradient(p)
+                return u_fn(p) + sum(e[j] * _monomial(q, a) for j, a in enumerate(self.alphas))
+            return equation.operator(Field(fn, points), t)
+
+        return jax.jacfwd(lin)(jnp.zeros(len(self.alphas), points.dtype)).T
+
+    def symbol(self, a: Float[Array, "alphas n"]):
+        """Λ(k) = Σ_α ⟨a_α⟩ (ik)^α on the grid's wave numbers, and the rest a_α − ⟨a_α⟩
+        (a system's: the leading axes (m, m) carried through)."""
+        xp = jnp if isinstance(a, jax.Array) else np
+        mean = xp.mean(a, axis=-1)
+        return mean @ self.symbols, a - mean[..., None]
+
+    def growth(self, a: Float[Array, "alphas n"]) -> Float[Array, ""]:
+        """The fastest rate at which Λ grows a mode, max Re Λ(k): what ``growth_rate`` logs."""
+        return jnp.max(self.symbol(a)[0].real)
+
+    def apply(self, a: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """L′[û] v = Σ_α a_α ∂^α v on the grid (spectral derivatives of v): on the host for
+        a NumPy v (the estimate), traced for a JAX one (the implicit stages' Newton matrix)."""
+        return self._apply_hat(a, self._fft(v))
+
+    def _fft(self, v: np.ndarray) -> np.ndarray:
+        xp = jnp if isinstance(v, jax.Array) else np
+        return xp.fft.fftn(xp.reshape(v, self.shape)).ravel()
+
+    def _apply_hat(self, a: np.ndarray, v_hat: np.ndarray) -> np.ndarray:
+        """Σ_α a_α ∂^α v from v's spectrum ``v_hat``."""
+        xp = jnp if isinstance(v_hat, jax.Array) else np
+        return sum(xp.asarray(c) * xp.fft.ifftn(xp.reshape(s * v_hat, self.shape)).real.ravel()
+                   for c, s in zip(a, self.symbols))
+
+    def propagate(self, e: np.ndarray, defect: np.ndarray, a: np.ndarray, h: float) -> np.ndarray:
+        """e at the step's end from e at its start, the step's ``defect`` ∫δ and the
+        coefficients ``a`` over the step (module docstring); on the host, NumPy."""
+        lam, rest = self.symbol(np.asarray(a, np.float64))
+        e_hat = self._fft(e)
+        z = h * lam
+        phi1 = np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
+        new = np.exp(z) * e_hat + phi1 * (h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect))
+        return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
+
+
+def _monomial(q, a):
+    """Π_i q_i^{a_i}/a_i! at each row of q."""
+    out = jnp.ones(q.shape[0], q.dtype)
+    for i, power in enumerate(a):
+        for j in range(power):
+            out = out * q[:, i] / (j + 1)
+    return out
+
+
+class SystemTransport(Transport):
+    """:class:`Transport` of a system's error e = (e₁, …, e_m) (on the rows ``(x, c)``,
+    component after component): L′[û] couples the components,
+
+        (L′[û] e)ᵢ = Σⱼ Σ_α a_{ijα}(x) ∂^α eⱼ,
+
+    so Λ(k) = Σ_α ⟨a_{ijα}⟩ (ik)^α is an m × m matrix per wave vector, and a step applies
+    e^{hΛ(k)} and φ₁(hΛ(k)) to each mode's m values: the top blocks of the exponential of
+    [[hΛ, I], [0, 0]] (exact where Λ(k) has no eigenbasis, e.g. the wave's k = 0). Where a
+    step must be stable, Λ's eigenvalues may be complex (the wave ±ic|k|, Schrödinger
+    ±i|k|²/2): ``region`` (the integrator's
+    :meth:`~teng_eq.stepping.tableau.Tableau.equivalent_radius`) turns them into the
+    radius ρ of :meth:`Transport.radius` (without one, the largest −Re λ)."""
+
+    components: int = eqx.field(static=True)
+    region: Callable | None = eqx.field(static=True)
+
+    def __init__(self, periods, shape: tuple[int, ...], order: int, components: int,
+                 resolved: tuple[int, ...] | None = None, region: Callable | None = None):
+        super().__init__(periods, shape, order, resolved)
+        self.components, self.region = components, region
+
+    def coefficients(self, equation: Equation, vector: Callable, points, t) -> Float[Array, "m m alphas n"]:
+        """a_{ijα}(x) at the spatial points of the rows ``points`` (:meth:`Transport.coefficients`
+        per input component j; ``vector`` gives every component of û at spatial points)."""
+        m = self.components
+        x = points[: points.shape[0] // m, :-1]
+
+        def lin(e):  # e: (m, alphas), component j perturbed by Σ_α e_jα φ_α
+            def fn(p):
+                q = p - jax.lax.stop_gradient(p)
+                return vector(p) + jnp.stack([_monomial(q, a) for a in self.alphas], axis=1) @ e.T
+            return jnp.stack(equation.operator(equation.fields(fn, x), t))
+
+        return jnp.moveaxis(jax.jacfwd(lin)(jnp.zeros((m, len(self.alphas)), points.dtype)), 1, -1)
+
+    def rates(self, a) -> np.ndarray:
+        """The eigenvalues of Λ(k) (an (m, m) matrix each) on the resolved wave numbers."""
+        blocks = np.mean(np.asarray(a, np.float64), axis=-1) @ self.resolving
+        return np.linalg.eigvals(np.moveaxis(blocks, -1, 0)).ravel()
+
+    def radius(self, a) -> float:
+        rates = self.rates(a)
+        if self.region is None:
+            return max(0.0, float(np.max(-rates.real)))
+        return self.region(rates)
+
+    def growth(self, a) -> Float[Array, ""]:
+        """The largest logarithmic norm of Λ(k), max λ_max((Λ + Λᴴ)/2): the fastest rate at
+        which Λ grows the L² norm of a mode's m values."""
+        lam = jnp.moveaxis(self.symbol(a)[0], -1, 0)
+        return jnp.max(jnp.linalg.eigvalsh((lam + jnp.conj(jnp.swapaxes(lam, -1, -2))) / 2))
+
+    def _fft(self, v: np.ndarray) -> np.ndarray:
+        m = self.components
+        return np.fft.fftn(np.reshape(v, (m, *self.shape)),
+                           axes=tuple(range(1, 1 + len(self.shape)))).reshape(m, -1)
+
+    def _apply_hat(self, a: np.ndarray, v_hat: np.ndarray) -> np.ndarray:
+        axes = tuple(range(1, 1 + len(self.shape)))
+        d = np.stack([np.fft.ifftn(np.reshape(s * v_hat, (self.components, *self.shape)), axes=axes).real
+                      .reshape(self.components, -1) for s in self.symbols])  # ∂^α e_j: (alphas, m, n)
+        return np.einsum("ijan,ajn->in", np.asarray(a), d).ravel()
+
+    def propagate(self, e: np.ndarray, defect: np.ndarray, a: np.ndarray, h: float) -> np.ndarray:
+        m = self.components
+        lam, rest = self.symbol(np.asarray(a, np.float64))
+        block = np.zeros((lam.shape[-1], 2 * m, 2 * m), np.complex128)
+        block[:, :m, :m], block[:, :m, m:] = h * np.moveaxis(lam, -1, 0), np.eye(m)
+        top = scipy.linalg.expm(block)[:, :m]
+        e_hat = self._fft(e)
+        forcing = h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect)
+        new = (np.einsum("kij,jk->ik", top[..., :m], e_hat) + np.einsum("kij,jk->ik", top[..., m:], forcing))
+        axes = tuple(range(1, 1 + len(self.shape)))
+        return np.fft.ifftn(new.reshape(m, *self.shape), axes=axes).real.ravel()
