@@ -70,7 +70,8 @@ def test_every_equation_declares_its_pieces(name):
         assert q.points.shape[1] == eq.dim + (1 if eq.components else 0) and q.components == eq.components
         w = np.broadcast_to(np.asarray(q.weights), (q.points.shape[0],))
         assert np.all(w > 0)
-    measure = (math.prod(eq.periods) if eq.periods is not None else math.pi) * eq.outputs
+    lengths = eq.periods or getattr(eq.domain, "lengths", None)  # a box with sides: its lengths; the disk: π
+    measure = (math.prod(lengths) if lengths is not None else math.pi) * eq.outputs
     for q in (fit, held, ev):
         w = np.broadcast_to(np.asarray(q.weights), (q.points.shape[0],))
         inside = w if q.boundary is None else w[~np.asarray(q.boundary)]

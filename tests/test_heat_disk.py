@@ -123,7 +123,7 @@ def test_disk_quadratures_layout(disk):
     w = np.asarray(fit.weights)[np.asarray(fit.boundary)]
     np.testing.assert_allclose(w, disk.boundary_weight * 2 * math.pi / 16, rtol=1e-14, atol=0)  # 3 roundings
     assert held.boundary is not None and ev.boundary is None and ev.points.shape == (256, 2)
-    assert np.hypot(*np.asarray(disk.domain.boundary_points(24)).T) == pytest.approx(1.0)
+    assert np.hypot(*np.asarray(disk.domain.boundary_points(24).points).T) == pytest.approx(1.0)
 
 
 # --- Cartesian network, weighted rows, boundary rows -------------------------------------------

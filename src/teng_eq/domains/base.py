@@ -21,15 +21,24 @@ from teng_eq.domains.quadrature import Quadrature
 
 class BoundaryPart(eqx.Module):
     """A part of a domain's boundary, ``tag`` by name, where ``kind`` holds: ``dirichlet``,
-    u = g with ``value`` g a number or a function ``g(x, t)`` of the points (coordinate
-    first) and the time."""
+    u = g; ``neumann``, ∂ₙu = h (n the outward unit normal); ``robin``, αu + β∂ₙu = r —
+    with ``value`` (g, h or r) a number or a function ``value(x, t)`` of the points
+    (coordinate first) and the time. :attr:`coefficients` is (α, β) for each kind:
+    (1, 0) for Dirichlet, (0, 1) for Neumann."""
 
     tag: str = eqx.field(static=True)
     kind: str = eqx.field(static=True)
     value: float | Callable = eqx.field(static=True)
+    alpha: float = eqx.field(static=True, default=1.0)
+    beta: float = eqx.field(static=True, default=0.0)
+
+    @property
+    def coefficients(self) -> tuple[float, float]:
+        """(α, β) of the condition αu + β∂ₙu = value."""
+        return {"dirichlet": (1.0, 0.0), "neumann": (0.0, 1.0)}.get(self.kind, (self.alpha, self.beta))
 
     def at(self, x: Float[Array, "dim n"], t) -> float | Float[Array, " n"]:
-        """g at the points ``x`` (coordinate first) and time t; a constant as it is."""
+        """The data at the points ``x`` (coordinate first) and time t; a constant as it is."""
         return self.value(x, t) if callable(self.value) else self.value
 
 
@@ -54,6 +63,13 @@ class Domain(eqx.Module):
         raise NotImplementedError
 
     @property
+    def embedding_periods(self) -> tuple[float, ...] | None:
+        """The periods the network's embedding takes, one per dimension (None: plain
+        Cartesian input): :attr:`periods` on a periodic domain; a box with sides may embed
+        a bounded axis in a period longer than the axis."""
+        return self.periods
+
+    @property
     def fresh(self) -> bool:
         """Whether the fits' points are moved afresh each step (:meth:`move`)."""
         return False
@@ -65,7 +81,8 @@ class Domain(eqx.Module):
 
     def quadrature(self, n: int) -> Quadrature:
         """The quadrature of the fits (θ₀ and every TENG stage); its ``boundary`` marks the
-        rows on a Dirichlet part, whose target is the part's data, not the PDE's."""
+        rows on the boundary, whose target is the part's data, not the PDE's (its ``flux``
+        the rows among them that are normal derivatives)."""
         raise NotImplementedError
 
     def holdout(self, n: int, m: int) -> Quadrature:
@@ -90,19 +107,20 @@ class Domain(eqx.Module):
         """The fits' ``points`` moved for the next step (:attr:`fresh`); here they stay."""
         return points
 
-    def boundary_points(self, m: int) -> Float[Array, "m dim"] | None:
-        """``m`` points on the Dirichlet parts, between the fits' boundary nodes, where a run
-        reports max |û − g| (:meth:`dirichlet`); None without a boundary."""
+    def boundary_points(self, m: int) -> Quadrature | None:
+        """``m`` points (per side) on the boundary, none of them the fits' nodes, where a run
+        reports ``boundary_error`` = max |αû + β∂ₙû − data| (:meth:`boundary_data`); their
+        ``flux`` holds every row's normal and (α, β). None without a boundary."""
         return None
 
-    def dirichlet(self, points: Float[Array, "n dim"], t) -> float | Float[Array, " n"]:
-        """g at ``points`` on the Dirichlet parts at time t (read only on their rows)."""
-        parts = [p for p in self.boundary if p.kind == "dirichlet"]
-        if not parts:
+    def boundary_data(self, points: Float[Array, "n dim"], t) -> float | Float[Array, " n"]:
+        """The data (g, h or r) at ``points`` on the boundary at time t (read only on the
+        boundary rows); here the one part's."""
+        if not self.boundary:
             return 0.0
-        if len(parts) > 1:
-            raise NotImplementedError("a domain with several Dirichlet parts says which row is on which")
-        return parts[0].at(points.T, t)
+        if len(self.boundary) > 1:
+            raise NotImplementedError("a domain with several parts says which point is on which")
+        return self.boundary[0].at(points.T, t)
 
     def describe(self) -> dict:
         """What θ₀'s cache key needs of the domain beyond the equation's fields (e.g. its

@@ -8,10 +8,9 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
 
 from teng_eq.domains.base import BoundaryPart, Domain
-from teng_eq.domains.quadrature import Quadrature
+from teng_eq.domains.quadrature import FluxRows, Quadrature
 
 
 def disk_quadrature(n_r: int, n_theta: int, shift: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -86,9 +85,11 @@ class UnitDisk(Domain):
         points, weights = disk_quadrature(m, m)
         return Quadrature(jnp.asarray(points), jnp.asarray(weights))
 
-    def boundary_points(self, m: int) -> Float[Array, "m 2"]:
-        """``m`` points on the circle, between the fit's boundary nodes (θ_j = 2π(j+½)/m)."""
-        return jnp.asarray(circle_points(m, 0.5))
+    def boundary_points(self, m: int) -> Quadrature:
+        """``m`` points on the circle, between the fit's boundary nodes (θ_j = 2π(j+½)/m),
+        each its own outward normal, the condition's (α, β) = (1, 0)."""
+        points = jnp.asarray(circle_points(m, 0.5))
+        return Quadrature(points, 2 * math.pi / m, flux=FluxRows(points, jnp.ones(m), jnp.zeros(m)))
 
     def describe(self) -> dict:
         return {"domain": "unit_disk",

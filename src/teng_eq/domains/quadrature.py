@@ -1,6 +1,7 @@
 """Quadratures: ``∫ f ≈ Σₙ wₙ f(xₙ)`` (:class:`Quadrature`, the weighted norm
 :func:`norm2`), a system's rows (:func:`for_components`), uniform periodic grids (the
-periodic trapezoid rule) and random shifts of points (:func:`rotated`)."""
+periodic trapezoid rule), Gauss–Legendre nodes on an interval (:func:`gauss_legendre`) and
+random shifts of points (:func:`rotated`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
+
+
+class FluxRows(NamedTuple):
+    """The last ``k`` rows of a fit quadrature where the fit's value is not û but
+    ``α û + β ∂ₙû`` (a Neumann or Robin side: α = 0, β = 1 for Neumann), ``∂ₙ`` along the
+    outward unit ``normals``."""
+
+    normals: Float[Array, "k dim"]
+    alpha: Float[Array, " k"]
+    beta: Float[Array, " k"]
 
 
 class Quadrature(NamedTuple):
@@ -26,6 +37,9 @@ class Quadrature(NamedTuple):
     spatial one's points once per component, component by component, each row ``(x, c)``
     with c the component's index (:func:`for_components`); ``grid_shape`` stays the
     spatial one's.
+
+    ``flux``: where the last rows of a fit are normal derivatives (:class:`FluxRows`; None:
+    every row is a value). Only the steps' fits read it; θ₀ fits u₀'s values on every row.
     """
 
     points: Float[Array, "n dim"]
@@ -33,6 +47,7 @@ class Quadrature(NamedTuple):
     boundary: Bool[Array, " n"] | None = None
     grid_shape: tuple[int, ...] | None = None
     components: tuple[str, ...] = ()
+    flux: FluxRows | None = None
 
 
 def for_components(quadrature: Quadrature, components: tuple[str, ...], scales=None) -> Quadrature:
@@ -84,6 +99,15 @@ def holdout_points(grid: int, m: int, lengths) -> Float[Array, "m**dim dim"]:
     grid away from its nodes in every dimension (at the cell centres when m
     divides ``grid``): points no fit on that grid uses."""
     return grid_points(m, lengths, shift=m / (2 * grid))
+
+
+def gauss_legendre(n: int, lower: float, upper: float) -> tuple[np.ndarray, np.ndarray]:
+    """The ``n`` Gauss–Legendre nodes of ``[lower, upper]`` and their weights: exact for
+    polynomials of degree ≤ 2n − 1, spectrally accurate for smooth integrands; every node
+    inside the interval."""
+    nodes, weights = np.polynomial.legendre.leggauss(n)
+    half = 0.5 * (upper - lower)
+    return lower + half * (nodes + 1.0), half * weights
 
 
 def cell_volume(n: int, lengths) -> float:

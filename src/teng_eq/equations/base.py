@@ -157,6 +157,12 @@ class Equation(eqx.Module):
         raise NotImplementedError
 
     @property
+    def timed(self) -> bool:
+        """Whether a step is told its time: ``L`` depends on t (not :attr:`autonomous`), or
+        the domain's boundary data are functions (of x and t)."""
+        return not self.autonomous or any(callable(p.value) for p in self.domain.boundary)
+
+    @property
     def periods(self) -> tuple[float, ...] | None:
         """Periods of the network's periodic embedding (the domain's); None for plain
         Cartesian input."""

@@ -20,8 +20,8 @@ class LinearHeat(Equation):
 
     def growth_rate(self, u, grad_u):
         """0: ⟨νΔe, e⟩ = −ν‖∇e‖² ≤ 0 on a periodic domain, or for e = 0 on the boundary
-        (contractive: errors add). Where the network meets a Dirichlet condition only
-        approximately (``boundary_max_abs``), that boundary error is no part of this bound."""
+        (contractive: errors add), or for ∂ₙe = 0 there. Where the network meets its side
+        condition only approximately (``boundary_error``), that error is no part of this bound."""
         return 0.0
 
 

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from teng_eq.config.options import at_least, one_of
-from teng_eq.domains.quadrature import Quadrature, norm2
+from teng_eq.domains.quadrature import FluxRows, Quadrature, norm2
 from teng_eq.errors import bad
 from teng_eq.fit.lstsq import least_squares_rows, row_blocks
 from teng_eq.fit.results import RESULTS, event_counts
@@ -144,11 +144,15 @@ class StageLog(eqx.Module):
 
 class Factors(eqx.Module):
     """``û_θ`` on the grid and the factored Jacobian ``(Gᵀ, Hᵀ)`` of one θ
-    (:meth:`~teng_eq.network.paper.TENGNet.jacobian_factors_t`)."""
+    (:meth:`~teng_eq.network.paper.TENGNet.jacobian_factors_t`); with flux rows
+    (:class:`~teng_eq.domains.quadrature.FluxRows`) ``u`` holds αû + β∂ₙû on them and
+    ``dGt``, ``dHt`` the factors' derivatives along the normals there."""
 
     u: Float[Array, " n"]
     Gt: Float[Array, "g n"]
     Ht: Float[Array, "h n"]
+    dGt: Float[Array, "g k"] | None = None
+    dHt: Float[Array, "h k"] | None = None
 
 
 class StageSolver(eqx.Module):
@@ -156,7 +160,17 @@ class StageSolver(eqx.Module):
 
     **Arguments:** ``space``; the ``quadrature`` (its points and weights: one
     number, or one per point); ``solver`` and relative ``damping`` of the least
-    squares (:mod:`teng_eq.fit.lstsq`); the ``stopping`` policy (:class:`Stopping`).
+    squares (:mod:`teng_eq.fit.lstsq`); the ``stopping`` policy (:class:`Stopping`);
+    ``flux``: whether the quadrature's flux rows are fitted as such (a step's fits; θ₀ fits
+    values on every row).
+
+    **Flux rows** (a Neumann or Robin side): on the last k rows the fitted value is
+    ``α û + β ∂ₙû``, whose parameter derivative is, from ``∂û/∂θ_p = G[gcol_p] H[hcol_p]``,
+
+        ∂(αû + β∂ₙû)/∂θ_p = α G H + β (∂ₙG · H + G · ∂ₙH)   (at gcol_p, hcol_p),
+
+    with ``∂ₙG``, ``∂ₙH`` one forward-mode derivative of the factors along the normals: the
+    same factored gather, two more products on k rows.
     """
 
     space: ParamSpace
@@ -169,9 +183,10 @@ class StageSolver(eqx.Module):
     stopping: Stopping = eqx.field(static=True)
     gcol: Int[Array, " params"]
     hcol: Int[Array, " params"]
+    flux: FluxRows | None
 
     def __init__(self, space: ParamSpace, quadrature: Quadrature, solver: str, damping: float,
-                 stopping: Stopping = FIXED):
+                 stopping: Stopping = FIXED, *, flux: bool = False):
         self.space = space
         self.points = jnp.asarray(quadrature.points)
         weights = quadrature.weights
@@ -184,9 +199,13 @@ class StageSolver(eqx.Module):
         self.stopping = stopping
         gcol, hcol = space.static_network().factor_columns()
         self.gcol, self.hcol = jnp.asarray(gcol), jnp.asarray(hcol)
+        self.flux = quadrature.flux if flux else None
 
     def values(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
-        return self.space.apply(theta, self.points)
+        """What the fits fit: û on the nodes (αû + β∂ₙû on flux rows)."""
+        if self.flux is None:
+            return self.space.apply(theta, self.points)
+        return self.factors(theta).u
 
     def scaled(self, r: Float[Array, "*rows n"]) -> Float[Array, "*rows n"]:
         """``r`` (or rows of ``Jᵀ``) times √wₙ where the weights are per point, so
@@ -201,16 +220,33 @@ class StageSolver(eqx.Module):
         return self.norm2(self.values(theta) - target)
 
     def factors(self, theta: Float[Array, " params"], points=None) -> Factors:
-        """:class:`Factors` of θ on ``points`` (default: the quadrature nodes)."""
-        points = self.points if points is None else points
-        return Factors(*self.space.network(theta).jacobian_factors_t(points))
+        """:class:`Factors` of θ on ``points`` (default: the quadrature nodes, with their
+        flux rows)."""
+        net = self.space.network(theta)
+        if points is not None or self.flux is None:
+            return Factors(*net.jacobian_factors_t(self.points if points is None else points))
+        u, Gt, Ht = net.jacobian_factors_t(self.points)
+        k, (alpha, beta) = self.flux.normals.shape[0], (self.flux.alpha, self.flux.beta)
+        _, (du, dGt, dHt) = jax.jvp(net.jacobian_factors_t, (self.points[-k:],), (self.flux.normals,))
+        return Factors(u.at[-k:].set(alpha * u[-k:] + beta * du), Gt, Ht, dGt, dHt)
 
     def rows(self, factors: Factors, subset: Int[Array, " k"]) -> tuple[Float[Array, "_ n"], ...]:
         """``Jᵀ`` of the parameters ``subset`` as the row blocks of
         :func:`~teng_eq.fit.lstsq.row_blocks`, each gathered straight from the factored
         Jacobian ``Jᵀ[j] = Gᵀ[gcol_{S_j}] ∘ Hᵀ[hcol_{S_j}]`` (no copy of Jᵀ is ever sliced)."""
         g, h = self.gcol[subset], self.hcol[subset]
-        return tuple(factors.Gt[g[a:b]] * factors.Ht[h[a:b]] for a, b in row_blocks(subset.shape[0]))
+        blocks = [(g[a:b], h[a:b]) for a, b in row_blocks(subset.shape[0])]
+        if self.flux is None:
+            return tuple(factors.Gt[gb] * factors.Ht[hb] for gb, hb in blocks)
+        k, alpha, beta = self.flux.normals.shape[0], self.flux.alpha, self.flux.beta
+
+        def block(gb, hb):
+            G, H = factors.Gt[gb], factors.Ht[hb]
+            values = G * H
+            edge = alpha * values[:, -k:] + beta * (factors.dGt[gb] * H[:, -k:] + G[:, -k:] * factors.dHt[hb])
+            return jnp.concatenate([values[:, :-k], edge], axis=1)
+
+        return tuple(block(gb, hb) for gb, hb in blocks)
 
     def jacobian(
         self, theta: Float[Array, " params"], subset: Int[Array, " k"]

@@ -260,7 +260,7 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
     sub = min(fit.stage2_subsample, space.size)
     for attempt in range(DAMPING_TRIES):
         last = attempt == DAMPING_TRIES - 1
-        solver = StageSolver(space, quadrature, fit.solver, damping)
+        solver = StageSolver(space, quadrature, fit.solver, damping, flux=True)
         label = "θ₀ stage 2 (value)" if attempt == 0 else f"θ₀ stage 2 (value, damping {damping:.0e})"
         fitted, loss = refine(solver, theta, target, key=key, subsample=sub, tol=0.0,
                               max_iters=fit.stage2_max_iters, patience=fit.stage2_patience, log=log,
@@ -279,13 +279,20 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
 
     ``move(points, key)``: stage 2 (value) runs each chunk on the quadrature's points
     moved by it (:func:`fresh_points`; the sampled box's ``fresh``); stage 1 keeps them:
-    it only brings θ near u₀ for stage 2."""
+    it only brings θ near u₀ for stage 2. Stage 2 fits the rows the steps fit: on a box's
+    flux rows αu₀ + β∂ₙu₀ (:class:`~teng_eq.domains.quadrature.FluxRows`), so that θ₀ meets
+    a Neumann or Robin side as a step's fit does."""
     space = ParamSpace(net)
     solver = StageSolver(space, quadrature, fit.solver, fit.damping)
     points = solver.points
     k1, k2, k3 = jax.random.split(key, 3)
     target1 = jax.vmap(lambda x: _value_and_gradient(u0, x))(points)
-    target2 = target1[:, 0]
+    target2, stage2 = target1[:, 0], solver
+    if quadrature.flux is not None:
+        flux, k = quadrature.flux, quadrature.flux.normals.shape[0]
+        du0 = jnp.sum(flux.normals * target1[-k:, 1:], axis=1)
+        target2 = target2.at[-k:].set(flux.alpha * target2[-k:] + flux.beta * du0)
+        stage2 = StageSolver(space, quadrature, fit.solver, fit.damping, flux=True)
     norm = float(solver.norm2(target2))
     sub2 = min(fit.stage2_subsample, space.size)
     # Per-point quadrature weights scale each point's rows by √wₙ (the solver's weight is then 1).
@@ -318,7 +325,7 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
             lambda th, subset, data: data[0].scaled(data[0].jacobian(th, subset)[1]).T,
             theta, solver.weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
             patience=fit.polish_patience, log=log, label="θ₀ stage 2 (value, Levenberg–Marquardt)",
-            goal=fit.stage2_tol * norm, data=(solver, target2), redraw=moved_solver(solver, draw),
+            goal=fit.stage2_tol * norm, data=(stage2, target2), redraw=moved_solver(stage2, draw),
         )
     report = FitReport(stage1_loss=loss1, stage2_loss=loss2, stage2_rel_loss=loss2 / norm,
                        converged=bool(loss2 <= fit.stage2_tol * norm), stage1_s=t1 - t0,
@@ -330,6 +337,8 @@ def u0_digest(u0: Callable[[Array], Array], quadrature: Quadrature) -> str:
     """sha256 of ``u0`` sampled on the points of ``quadrature`` (with the points and
     weights themselves): what θ₀'s cache key knows of the initial condition."""
     values = jax.vmap(u0)(quadrature.points)
+    if quadrature.flux is not None:  # the flux rows change what stage 2 fits
+        return array_digest(quadrature.points, quadrature.weights, values, *quadrature.flux)
     return array_digest(quadrature.points, quadrature.weights, values)
 
 

@@ -221,7 +221,7 @@ class ThetaMethod(Method):
     def check_subsample(cls, key: str, value: int, options: ThetaOptions, problem: Problem) -> None:
         """``value`` parameters can be drawn: ``1 <= value <=`` the network's parameter count."""
         eq = problem.equation
-        n = parameter_count(options.network, eq.dim, eq.periods, eq.outputs)
+        n = parameter_count(options.network, eq.dim, eq.domain.embedding_periods, eq.outputs)
         if not 1 <= value <= n:
             raise bad(key, value, f"must be an integer in [1, {n}] (the parameter count)")
 
@@ -237,7 +237,7 @@ class ThetaMethod(Method):
         rows: d + 1 per point) or a step's (:meth:`step_jacobians`), float64."""
         eq = problem.equation
         rows = eq.point_count(options.grid)
-        n = parameter_count(options.network, eq.dim, eq.periods, eq.outputs)
+        n = parameter_count(options.network, eq.dim, eq.domain.embedding_periods, eq.outputs)
         shapes = {"θ₀'s fit (value+gradient)": (rows * (eq.dim + 1), min(options.fit.stage1_subsample, n)),
                   "θ₀'s fit (value)": (rows, min(options.fit.stage2_subsample, n)),
                   **{what: (rows, min(cols, n))
@@ -249,7 +249,8 @@ class ThetaMethod(Method):
     def network_template(cls, options: ThetaOptions, problem: Problem) -> TENGNet:
         eq = problem.equation
         init = resolve_init(options.network.init, eq, options.grid, options.fit.grid_for(options.grid))
-        return build_network(options.network, eq.dim, eq.periods, problem.seed, init, eq.outputs)
+        return build_network(options.network, eq.dim, eq.domain.embedding_periods, problem.seed, init,
+                             eq.outputs)
 
     @classmethod
     def build(cls, options: ThetaOptions, problem: Problem, *, cache_dir=None, log=None) -> ThetaMethod:

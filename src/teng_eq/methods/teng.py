@@ -135,7 +135,7 @@ class TENG(ThetaMethod):
     @classmethod
     def parts(cls, options: Options, problem, space, quadrature) -> dict:
         eq = problem.equation
-        solver = StageSolver(space, quadrature, options.solver, options.damping, options.stopping)
+        solver = StageSolver(space, quadrature, options.solver, options.damping, options.stopping, flux=True)
         shared = dict(tableau=options.FAMILY[options.integrator], dt=problem.dt, iters=options.iters,
                       iters_later=options.iters_later, subsample_first=options.subsample_first,
                       subsample=options.subsample, warm_start=options.warm_start, warm_rate=options.warm_rate,

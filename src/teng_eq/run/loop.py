@@ -68,7 +68,7 @@ class Meter:
             out["rel_se"] = monte_carlo_se(u, ref)
         if self.program.boundary is not None:
             on_edge = np.asarray(self.program.boundary(state, t))
-            data = self.cfg.equation.domain.dirichlet(np.asarray(self.program.boundary_points), t)
+            data = self.cfg.equation.domain.boundary_data(np.asarray(self.program.boundary_points), t)
             out["boundary"] = float(np.max(np.abs(on_edge - data)))
         if any(since < s <= t for s in self.times) if self.cfg.adaptive else (n in self.steps):
             out["snapshot"] = (u, ref)
@@ -95,14 +95,14 @@ class Meter:
 @dataclasses.dataclass(frozen=True)
 class Program:
     """A run's functions, compiled once from the method's initial state: the step
-    (:func:`lower_step`), û on the evaluation points and on the ``boundary_points`` of a
-    Dirichlet boundary (None without one), the error estimate (None with ``estimate:
+    (:func:`lower_step`), û on the evaluation points and the boundary's αû + β∂ₙû on its
+    ``boundary_points`` (None without a boundary; :func:`on_edge`), the error estimate (None with ``estimate:
     none``); ``seconds``: the time it took (``compile_s``)."""
 
     step: Callable
     evaluate: Callable
     boundary: Callable | None
-    boundary_points: object  # (m, dim) points on the Dirichlet parts, or None
+    boundary_points: object  # (m, dim) points on the boundary, or None
     estimate: CompiledEstimate | None
     inputs: StepInputs  # what the step takes: Δt, the expected error, t (zeros; None: not taken)
     seconds: float
@@ -119,7 +119,9 @@ class Program:
             return jax.jit(lambda s, t: method.values(s, where, t)).lower(state, 0.0).compile()
 
         evaluate, boundary = at(points), cfg.equation.domain.boundary_points(cfg.eval_grid)
-        on_boundary = None if boundary is None else at(boundary)
+        on_boundary = None if boundary is None else jax.jit(
+            lambda s, t: on_edge(method, s, boundary, t)).lower(state, 0.0).compile()
+        boundary = None if boundary is None else boundary.points
         defect = None if cfg.estimate == "none" else method.defect(cfg.estimate)
         estimate = (None if defect is None
                     else CompiledEstimate(defect, cfg.estimate, method.parameters, state))
@@ -142,10 +144,10 @@ def step_inputs(method: Method, cfg: RunConfig) -> StepInputs:
     """What the method's compiled step takes, as zeros (None: not an argument): Δt wherever
     the method can run under the controller (at a fixed Δt too: a Δt sweep's runs lower to
     one program, compiled once for all by jax's persistent cache), the expected local
-    error where it reads one, its start t where the equation depends on t."""
+    error where it reads one, its start t where the problem depends on t (``timed``)."""
     takes_dt = cfg.adaptive or method.error_order(cfg.method.options) > 0
     return StepInputs(dt=0.0 if takes_dt else None, expected=0.0 if method.expects_error else None,
-                      t=0.0 if method.sequential and not cfg.equation.autonomous else None)
+                      t=0.0 if method.sequential and cfg.equation.timed else None)
 
 
 def lower_step(method: Method, cfg: RunConfig, key: PRNGKeyArray) -> jax.stages.Lowered:
@@ -295,6 +297,18 @@ def stable_step(loop: Loop, estimate: ErrorEstimate | None) -> float:
     return loop.schedule.stable_step(loop.program.estimate.radius(estimate))
 
 
+def on_edge(method: Method, state, rows, t):
+    """``α û + β ∂ₙû`` of the ``method``'s field in ``state`` at the boundary ``rows`` (a
+    :class:`~teng_eq.domains.quadrature.Quadrature` whose ``flux`` holds each row's normal
+    and (α, β)); û alone where every β is 0 (no derivative is taken)."""
+    flux = rows.flux
+    if not np.any(np.asarray(flux.beta)):
+        u = method.values(state, rows.points, t)
+        return u if np.all(np.asarray(flux.alpha) == 1.0) else flux.alpha * u
+    u, du = jax.jvp(lambda p: method.values(state, p, t), (rows.points,), (flux.normals,))
+    return flux.alpha * u + flux.beta * du
+
+
 def observe(loop: Loop, state: RunState, new, metrics: dict, h: float, t: float):
     """A kept try from ``state`` to ``new`` measured: ``metrics`` with the estimate's scalars
     and a system's per-component errors, the row's fields (a sequential method's), the
@@ -317,7 +331,7 @@ def observe(loop: Loop, state: RunState, new, metrics: dict, h: float, t: float)
         if loop.meter.reference is not None:
             checked["rel_l2"] = float(np.sqrt(np.float64(fields["err_sq"]) / fields["ref_sq"]))
     if "boundary" in fields:
-        checked["boundary_max_abs"] = fields["boundary"]
+        checked["boundary_error"] = fields["boundary"]
     return metrics, fields, clock, local, checked
 
 

@@ -37,8 +37,9 @@ class Row:
     None): the step's ``metrics`` (the method's, the estimate's, ``t`` and ``dt`` under
     ``dt: auto``), its loss ``table``, the stepping seconds up to it (``wall``); at its
     time ``err_sq`` and ``ref_sq`` (‖û − u_ref‖², ‖u_ref‖²; without a reference NaN and
-    ‖û‖²), ``u_sq`` and ``est`` (‖û‖² and ``E_n`` on the estimate's points), max |û − g| on a
-    Dirichlet ``boundary``, the Monte Carlo standard error of ``rel_l2`` on sampled points
+    ‖û‖²), ``u_sq`` and ``est`` (‖û‖² and ``E_n`` on the estimate's points), ``boundary``:
+    max |αû + β∂ₙû − data| on the domain's boundary points, the Monte Carlo standard error of
+    ``rel_l2`` on sampled points
     (``rel_se``); at a snapshot, (û, u_ref) for the density plot and (with
     checkpoints) the method's ``state`` as bytes, from which a resumed run makes it again."""
 
@@ -58,14 +59,14 @@ class Row:
 
     def record(self, of: int | None) -> StepRecord:
         """The step as reported to the pipeline (``of``: the run's steps, None when not
-        known yet): its metrics with ``rel_l2``, ``boundary_max_abs``, ``est_rel_l2``
+        known yet): its metrics with ``rel_l2``, ``boundary_error``, ``est_rel_l2``
         where measured and ``wall_time_s``."""
         metrics = dict(self.metrics)
         if self.t is not None:
             if np.isfinite(self.err_sq):
                 metrics["rel_l2"] = float(np.sqrt(np.float64(self.err_sq) / self.ref_sq))
             if np.isfinite(self.boundary):
-                metrics["boundary_max_abs"] = float(self.boundary)
+                metrics["boundary_error"] = float(self.boundary)
             if np.isfinite(self.rel_se):
                 metrics["rel_l2_se"] = float(self.rel_se)
             if np.isfinite(self.est):

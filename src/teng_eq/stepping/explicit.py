@@ -20,11 +20,12 @@ j−1 (``warm_start: previous``, the paper's), or from their extrapolation in ti
 * **TENG-RK4** (classical RK4): four fits, to ``û_t + Δt/2 k₁``, ``û_t + Δt/2 k₂``,
   ``û_t + Δt k₃`` and ``û_t + Δt (k₁ + 2k₂ + 2k₃ + k₄)/6``, each ``kⱼ = L[û_{θⱼ₋₁}]``.
 
-Every target is built from ``û_t`` on the quadrature grid, except on the rows of a
-Dirichlet part of the domain's boundary (``boundary``), where it is the part's data g
-(:meth:`~teng_eq.domains.base.Domain.dirichlet`); the first fit of a step runs at most
-``iters`` iterations (its first drawing ``subsample_first`` parameters), the later fits at
-most ``iters_later`` (exactly these under the ``fixed`` stopping policy of
+Every target is built from ``û_t`` on the quadrature grid, except on the rows on the
+domain's boundary (``boundary``), where it is the part's data at the stage's time
+(:meth:`~teng_eq.domains.base.Domain.boundary_data`: g on a Dirichlet part, whose rows are
+values; h or r on a Neumann or Robin part, whose rows are αû + β∂ₙû, :mod:`teng_eq.fit.stage`);
+the first fit of a step runs at most ``iters`` iterations (its first drawing ``subsample_first``
+parameters), the later fits at most ``iters_later`` (exactly these under the ``fixed`` stopping policy of
 :mod:`teng_eq.fit.stage`). The step's final fit is checked on held-out points
 (:mod:`teng_eq.stepping.base`) against the same target function ``û_t + Δt Σⱼ bⱼ kⱼ``, its
 slopes evaluated there too.
@@ -68,9 +69,8 @@ def rk_slopes(tableau: Tableau, dt: float, y0, k1, slope: Callable, carry):
 class TENGStep(Step):
     """One explicit TENG step (:class:`~teng_eq.stepping.base.Step`'s fields, and): the
     stage ``solver`` (network, quadrature nodes, least squares, stopping policy), the
-    ``equation``, the rows of the nodes on a Dirichlet part of its boundary (``boundary``,
-    or None), whether its points move each step (``moving``: the domain's ``fresh``) and
-    ``conserve`` (below).
+    ``equation``, the rows of the nodes on its boundary (``boundary``, or None), whether its
+    points move each step (``moving``: the domain's ``fresh``) and ``conserve`` (below).
 
     **Warm start** (``warm_start``). Fit j's target approximates ``u(t + cⱼΔt)``, with
     the node ``cⱼ = Σᵢ A_{ji}`` (1 for the final fit). Under ``previous`` it starts from
@@ -94,8 +94,8 @@ class TENGStep(Step):
     reports ``local_error`` = ‖Δt Σⱼ b_errorⱼ kⱼ‖_{L²} on the quadrature nodes (the
     slopes the step computed anyway; with FSAL one more, ``L[û_{θ_{t+Δt}}]``) and
     ``u_l2`` = ‖target‖_{L²}, the scale of a relative tolerance: what the step-size
-    controller (:mod:`teng_eq.run.controller`) reads. Dirichlet boundary rows are left
-    out of both (their target is the boundary value, not the PDE's). ``expected``:
+    controller (:mod:`teng_eq.run.controller`) reads. Boundary rows are left
+    out of both (their target is the boundary data, not the PDE's). ``expected``:
     the step's expected local error, the stages' floor under the ``local_error``
     stopping policy (:mod:`teng_eq.fit.stage`).
 
@@ -165,7 +165,7 @@ class TENGStep(Step):
             ``fitted = (θ of the fit before, logs so far)``: ``(target, (θ, logs))``."""
             previous, logs = fitted
             if on_boundary is not None:
-                target = jnp.where(on_boundary, self.equation.domain.dirichlet(points, t + nodes[j] * dt),
+                target = jnp.where(on_boundary, self.equation.domain.boundary_data(points, t + nodes[j] * dt),
                                    target)
             start = self.start(theta_t, previous, nodes[j], nodes[j - 1] if j > 0 else 0.0, dt, rate)
             iters, first = self.caps(j == 0)
