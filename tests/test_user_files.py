@@ -234,6 +234,8 @@ def test_a_user_systems_theta0_that_stalls_near_its_tolerance_is_fitted_once(tmp
     np.testing.assert_array_equal(second.est_rel_l2, first.est_rel_l2)
     runs = sorted(job_runs(uri), key=lambda r: r.info.start_time)
     assert [r.data.tags["theta0_cached"] for r in runs] == ["False", "True"]
+    assert runs[0].info.run_name == runs[1].info.run_name  # one command, one name: its overrides
+    assert runs[0].info.run_name.startswith("teng_heun-rotdiff-dt0.01 grid=16 network.width=5 ")
     for r in runs:
         assert r.data.tags["theta0_rel_loss"] == f"{fit.stage2_rel_loss:.3e}"
         assert r.data.tags["theta0_converged"] == "False"
