@@ -59,6 +59,28 @@ def test_a_logged_run_reproduces_its_final_error(logged):
     np.testing.assert_array_equal(by_folder(points), field(points))
 
 
+def test_a_run_id_is_looked_up_in_mlflows_own_store_where_one_is_set(logged, monkeypatch, tmp_path):
+    """No ``tracking_uri=``: the store ``$MLFLOW_TRACKING_URI`` names, or the one
+    ``mlflow.set_tracking_uri`` made active, before the checkout's default store; the
+    keyword before both. The field is the run's final one."""
+    import mlflow
+
+    result, uri, _ = logged
+    (job,) = job_runs(uri)
+    points = np.random.default_rng(1).uniform(0, 2 * np.pi, (50, 2))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    np.testing.assert_array_equal(load_run(job.info.run_id)(points), result.field(points))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        np.testing.assert_array_equal(load_run(job.info.run_id)(points), result.field(points))
+        elsewhere = f"sqlite:///{tmp_path / 'other.db'}"  # a store that does not hold the run
+        with pytest.raises(ConfigError, match="no such MLflow store"):
+            load_run(job.info.run_id, tracking_uri=elsewhere)
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
 def test_a_run_that_is_not_there_is_one_line(logged):
     _, uri, _ = logged
     with pytest.raises(ConfigError, match=r"^invalid config: run='0123abcd'") as err:

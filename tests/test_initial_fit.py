@@ -68,20 +68,20 @@ def test_stage2_raises_its_damping_only_where_the_iterations_are_stuck(monkeypat
     def fake_refine(solver, theta, target, *, give_up_if_stuck, **kw):
         tried.append((solver.damping, give_up_if_stuck))
         moves = solver.damping >= moves_from
-        return (theta + 1.0 if moves else theta), (1e-9 if moves else 1.0)
+        return (theta + 1.0 if moves else theta), (1e-9 if moves else 1.0), not moves
 
     monkeypatch.setattr(initial_fit, "refine", fake_refine)
     fit = dataclasses.replace(method.options.fit, damping=1e-9)
     quadrature = cfg.equation.quadrature(16)
     for moves_from, expected in ((1e-9, [1e-9]), (1e-8, [1e-9, 1e-8]), (1.0, [1e-9, 1e-8, 1e-7])):
         tried.clear()
-        fitted, loss, damping = initial_fit.value_stage(space, quadrature, theta, jnp.zeros(256), fit,
-                                                        key=None)
+        fitted, loss, damping, stalled = initial_fit.value_stage(space, quadrature, theta, jnp.zeros(256),
+                                                                 fit, key=None)
         assert [d for d, _ in tried] == pytest.approx(expected) and damping == pytest.approx(expected[-1])
         assert [g for _, g in tried] == [True] * (len(expected) - 1) + [len(expected) < 3]
         moved = moves_from <= expected[-1]
         np.testing.assert_array_equal(fitted, theta + 1.0 if moved else theta)
-        assert loss == (1e-9 if moved else 1.0)
+        assert loss == (1e-9 if moved else 1.0) and stalled is not moved  # the last try's
 
 
 #: A sampled box at a size where a chunk of θ₀'s iterations takes a moment.
@@ -105,7 +105,7 @@ def test_theta0s_value_stage_runs_each_chunk_on_fresh_points():
         return drawn[-1]
 
     solver = StageSolver(space, quadrature, "cholesky", 1e-6)
-    fitted, loss = initial_fit.refine(solver, space.flatten(net), jax.vmap(eq.u0)(quadrature.points),
+    fitted, loss, _ = initial_fit.refine(solver, space.flatten(net), jax.vmap(eq.u0)(quadrature.points),
                                       key=jax.random.PRNGKey(1), subsample=32, tol=0.0, max_iters=2 * CHUNK,
                                       patience=10, redraw=initial_fit.moved_solver(solver, recorded))
     assert len(drawn) == 2

@@ -5,7 +5,9 @@ import time
 
 import mlflow
 import pytest
+from helpers.configs import compose_conf
 
+from teng_eq.jobs.job import NAME_OVERRIDES, run_name
 from teng_eq.tracking import (
     RunInProgress,
     check_store,
@@ -286,3 +288,21 @@ def test_store_calls_retry_transient_failures_within_their_budget():
     with pytest.raises(MlflowException, match="Invalid value"):
         retrying(lambda: calls.append(1) or (_ for _ in ()).throw(bad), budget_s=30, what="store")
     assert calls == [1]
+
+
+def test_run_names_tell_apart_runs_that_differ_in_a_setting():
+    """A run's name is ``<method>-<equation>-dt<Δt>`` and every other override that is not
+    bookkeeping: one command line with another ``method.conserve`` is another name; a run
+    whose overrides are all in the bare name keeps it; a long list is cut and hashed."""
+    cfg = compose_conf(["equation=schrodinger", "method=teng_rk4", "dt=0.01"])
+    bare = ["equation=schrodinger", "method=teng_rk4", "dt=0.01", "tracking_uri=sqlite:///x.db",
+            "cache_dir=/tmp/c", "progress=false", "hydra.searchpath=[file:///u]"]
+    assert run_name(cfg, bare) == "teng_rk4-schrodinger-dt0.01"
+    names = {run_name(cfg, [*bare, "grid=32", f"method.conserve={c}"]) for c in ("true", "false")}
+    assert names == {"teng_rk4-schrodinger-dt0.01 grid=32 method.conserve=true",
+                     "teng_rk4-schrodinger-dt0.01 grid=32 method.conserve=false"}
+    long = [f"equation.initial_condition=sines2d grid=32 eval_grid=64 t_final=0.08 iters={n}".split()
+            for n in (5, 7)]
+    cut = [run_name(cfg, [*bare, *o, "subsample=256", "subsample_first=256"]) for o in long]
+    assert cut[0] != cut[1] and cut[0][:-9] == cut[1][:-9]  # the same cut, two hashes
+    assert all(len(n) <= len("teng_rk4-schrodinger-dt0.01 ") + NAME_OVERRIDES for n in cut)

@@ -20,12 +20,14 @@ from helpers.bands import TRANSPORT
 from helpers.configs import CHEAP_FIT
 from helpers.mlflow_store import job_runs
 from helpers.processes import SWEEP, job_env
-from helpers.user_files import write_user_config, write_user_module
+from helpers.user_files import write_user_config, write_user_module, write_user_system
 
 from teng_eq.api import ROOT, run
 from teng_eq.config.options import import_impl
 from teng_eq.errors import ConfigError
+from teng_eq.fit.theta0 import REACH_FACTOR
 from teng_eq.jobs import preflight as checks
+from teng_eq.run.callbacks import Callback
 
 #: The user's run: 4 steps of Δt = 0.02 on a 32² grid, errors on 64², θ₀ by a short fit.
 SMALL = ["grid=32", "eval_grid=64", "t_final=0.08", "dt=0.02", "progress=false", *CHEAP_FIT]
@@ -184,3 +186,57 @@ def test_a_missing_user_module_stops_sweep_py_in_one_line(user_folder, tmp_path)
     assert proc.returncode != 0 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: invalid config: equation.impl='my_pdez:Mine': cannot import it")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+#: A user's system whose network (5 wide, 2 features) cannot reach the tolerance: on 16
+#: points its θ₀ fit stops improving at a relative loss of 2.71e-10 (measured 2026-12-02),
+#: 27x the tolerance 1e-11 set here, within REACH_FACTOR; one step of 0.01.
+STALLING = ["grid=16", "network.width=5", "network.depth=3", "network.features=2", "subsample_first=32",
+            "subsample=32", "fit.stage1_subsample=32", "fit.stage2_subsample=32", "fit.stage2_max_iters=50",
+            "fit.stage2_polish_iters=50", "fit.stage2_tol=1e-11", "t_final=0.01", "dt=0.01",
+            "progress=false", "resume=false"]
+
+
+class Theta0Seen(Callback):
+    """θ₀ as the loop starts from it, and the fit's progress reported before."""
+
+    def __init__(self):
+        self.progress, self.theta0 = [], None
+
+    def note(self, item):
+        self.progress.append(item)
+
+    def begin(self, state):
+        self.theta0 = np.asarray(state.method.theta)  # the default warm start's state: (θ, rate)
+
+
+def test_a_user_systems_theta0_that_stalls_near_its_tolerance_is_fitted_once(tmp_path, monkeypatch):
+    """The same command twice: the first run fits θ₀, which stops improving a little above
+    fit.stage2_tol, warns naming the setting and caches it; the second starts from the
+    cache (no fit progress, the same θ₀ bytes), both runs tagged with the loss it reached."""
+    write_user_system(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_system", raising=False)
+    system = import_impl("my_system:RotDiff", "equation.impl")
+    eq = system(name="rotdiff", omega=1.0, kappa=0.1, lengths=(2 * math.pi,), initial_condition="wave")
+    uri, seen = f"sqlite:///{tmp_path / 'runs.db'}", [Theta0Seen(), Theta0Seen()]
+    with pytest.warns(UserWarning, match=r"where it stopped improving \(within 1000x\); cached as what "
+                                         r"this network reaches: fit\.stage2_tol=\de-1\d says so"):
+        first = run(eq, *STALLING, mlflow=True, tracking_uri=uri, cache_dir=tmp_path / "cache",
+                    callbacks=[seen[0]])
+    second = run(eq, *STALLING, mlflow=True, tracking_uri=uri, cache_dir=tmp_path / "cache",
+                 callbacks=[seen[1]])
+    fit = first.fit_report
+    assert not fit.converged and fit.stalled and 1 < fit.stage2_rel_loss / 1e-11 <= REACH_FACTOR
+    assert not fit.cached and second.fit_report.cached
+    assert seen[0].progress and not seen[1].progress  # the second run did not fit
+    assert seen[0].theta0.tobytes() == seen[1].theta0.tobytes()
+    np.testing.assert_array_equal(second.est_rel_l2, first.est_rel_l2)
+    runs = sorted(job_runs(uri), key=lambda r: r.info.start_time)
+    assert [r.data.tags["theta0_cached"] for r in runs] == ["False", "True"]
+    assert runs[0].info.run_name == runs[1].info.run_name  # one command, one name: its overrides
+    assert runs[0].info.run_name.startswith("teng_heun-rotdiff-dt0.01 grid=16 network.width=5 ")
+    for r in runs:
+        assert r.data.tags["theta0_rel_loss"] == f"{fit.stage2_rel_loss:.3e}"
+        assert r.data.tags["theta0_converged"] == "False"
+    monkeypatch.delitem(sys.modules, "my_system", raising=False)

@@ -9,6 +9,7 @@ overrides and checks, with or without MLflow.
     result.times, result.rel_l2, result.est_rel_l2, result.network
     result.field(points), result.field.on_grid(128)       # û at the end: any (n, dim) points, a grid
     load_run("<run id>").on_grid()                        # the same from a logged run (or its folder)
+    load_run("<run id>", tracking_uri="sqlite:///…/x.db")  # … of another store
 
 :func:`run` composes ``conf/`` with Hydra's compose API (this module is, with
 :mod:`teng_eq.jobs.preflight` and :mod:`teng_eq.search`, one of the places that import
@@ -114,9 +115,11 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
 def load_run(run: str | Path, *, tracking_uri: str | None = None) -> FinalField:
     """The final field of a logged run (:class:`~teng_eq.run.result.FinalField`: evaluate it
     on any points, or on a grid), from its ``params/theta.eqx`` and the resolved config
-    beside it (``config/config.yaml``). ``run``: an MLflow run id (in ``tracking_uri``; None:
-    the checkout's default store), or a run's artifact folder (or its ``theta.eqx``). A
-    user's equation must be importable, as for the run (its file in the current folder)."""
+    beside it (``config/config.yaml``). ``run``: an MLflow run id, or a run's artifact folder
+    (or its ``theta.eqx``). A run id is looked up in ``tracking_uri``; None: MLflow's own
+    store where one is set (``mlflow.set_tracking_uri``, else ``$MLFLOW_TRACKING_URI``), else
+    the checkout's default store (:func:`~teng_eq.tracking.active_tracking_uri`). A user's
+    equation must be importable, as for the run (its file in the current folder)."""
     path = Path(run).expanduser()
     names = ("config/config.yaml", "params/theta.eqx")
     with tempfile.TemporaryDirectory(prefix="teng-eq-run-") as tmp:
@@ -126,7 +129,7 @@ def load_run(run: str | Path, *, tracking_uri: str | None = None) -> FinalField:
             if not (config.is_file() and theta.is_file()):
                 raise bad("run", str(run), f"{folder} holds no {' and '.join(names)}")
         else:
-            uri = tracking_uri or tracking.default_tracking_uri(ROOT)
+            uri = tracking_uri or tracking.active_tracking_uri(ROOT)
             try:
                 config, theta = (tracking.artifact_copies(uri, [str(run)], name, Path(tmp) / name)
                                  .get(str(run)) for name in names)

@@ -73,3 +73,42 @@ def write_user_config(conf: Path, *, name: str = "mine", module: str = "my_pdes"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(YAML.format(module=module, cls=cls, name=name, a=a))
     return path
+
+
+SYSTEM_MODULE = '''\
+"""A user's system on a line: ∂ₜu = κ u_xx − ω v, ∂ₜv = κ v_xx + ω u (rotating diffusion)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from teng_eq.equations.system import PeriodicSystem
+
+
+def wave(x):
+    xp = jnp if isinstance(x, jax.Array) else np
+    return xp.cos(x[0]) + 0.3 * xp.sin(2 * x[0]), xp.sin(x[0]) - 0.3 * xp.cos(2 * x[0])
+
+
+class RotDiff(PeriodicSystem):
+    omega: float = eqx.field(static=True)
+    kappa: float = eqx.field(static=True)
+
+    dim = 1
+    linear = True
+    components = ("u", "v")
+    initial_conditions = {"wave": wave}
+
+    def operator(self, u, t):
+        return (self.kappa * u["u"].lap - self.omega * u["v"].value,
+                self.kappa * u["v"].lap + self.omega * u["u"].value)
+'''
+
+
+def write_user_system(folder: Path, module: str = "my_system") -> Path:
+    """``folder/<module>.py`` holding ``RotDiff``, a two-component system on a line in the
+    operator form (no reference: the run's estimate is its error measure)."""
+    path = Path(folder) / f"{module}.py"
+    path.write_text(SYSTEM_MODULE)
+    return path

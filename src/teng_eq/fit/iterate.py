@@ -1,6 +1,7 @@
 """Fits in jitted chunks of iterations (:func:`iterate_chunks`), stopping at a tolerance, an
 iteration cap, or after ``patience`` chunks that did not halve the loss, each chunk
-reported as a :class:`FitProgress`; the two iterations θ₀'s fit uses: damped Gauss–Newton
+reported as a :class:`FitProgress`, and whether it ended stalled (its last ``patience`` chunks
+did not halve the loss: more of them would not help); the two iterations θ₀'s fit uses: damped Gauss–Newton
 with step rejection (:func:`levenberg_marquardt`) and plain TENG iterations keeping the best
 iterate (:func:`refine`), each optionally on points moved every chunk (:func:`on_points`)."""
 
@@ -47,7 +48,11 @@ def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float
     ``loss_of(carry) < tol``, ``max_iters`` iterations, or ``patience`` chunks in a
     row that did not halve the best loss; each chunk reported to ``log`` as a
     :class:`FitProgress` (``goal``: the loss the stage is judged by, default ``tol``).
-    With ``give_up``, stop after the first chunk where ``give_up(carry)``."""
+    With ``give_up``, stop after the first chunk where ``give_up(carry)``.
+
+    Returns ``(carry, stalled)``: ``stalled`` when the last ``patience`` chunks did not
+    halve the best loss (the stop by patience, or the cap reached on such a chunk); a stop
+    at the cap while the loss still halves, or at ``tol``, is not stalled."""
     best, stale = loss_of(carry), 0
     for c in range(max(1, max_iters // chunk)):
         if loss_of(carry) < tol:
@@ -63,7 +68,7 @@ def iterate_chunks(run_chunk: Callable, carry, loss_of: Callable[[object], float
         best = min(best, current)
         if stale >= patience:
             break
-    return carry
+    return carry, stale >= patience
 
 
 def on_points(chunk_on: Callable, data, redraw: Callable[[], object] | None, restart: Callable) -> Callable:
@@ -87,7 +92,8 @@ def levenberg_marquardt(residual: Callable, jacobian: Callable, theta: Float[Arr
     the step only if the loss drops (then λ ← λ/3, else λ ← 4λ): the natural
     gradient of the paper's fit, made robust far from the optimum. ``residual(θ, data)``
     and ``jacobian(θ, S, data)`` see the fit's points through ``data``; with ``redraw``,
-    each chunk runs on new ones (:func:`on_points`). Returns ``(θ, loss)``.
+    each chunk runs on new ones (:func:`on_points`). Returns ``(θ, loss, stalled)``
+    (:func:`iterate_chunks`).
     """
     n_params = theta.shape[0]
 
@@ -118,13 +124,13 @@ def levenberg_marquardt(residual: Callable, jacobian: Callable, theta: Float[Arr
         theta, _, lam, key = carry
         return theta, loss(theta, data), lam, key
 
-    carry = iterate_chunks(
+    carry, stalled = iterate_chunks(
         on_points(chunk_on, data, redraw, restart),
         (theta, loss(theta, data), jnp.asarray(1e-3), key), lambda carry: float(carry[1]), tol=tol,
         max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label,
         describe=lambda carry: f" lambda {float(carry[2]):.1e}", goal=goal,
     )
-    return carry[0], float(carry[1])
+    return carry[0], float(carry[1]), stalled
 
 
 def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Array, " n"], *, key,
@@ -133,9 +139,9 @@ def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Ar
         give_up_if_stuck: bool = False, redraw: Callable[[], tuple] | None = None):
     """Plain TENG iterations (Gauss–Newton on subsets, the solver's damping) towards
     ``target``, keeping the best θ seen (:class:`~teng_eq.fit.stage.BestSoFar`).
-    Returns ``(θ, loss)``; with ``give_up_if_stuck``, stops after the first chunk if
-    no iterate of it was better than θ (then returns θ itself). With ``redraw``, each
-    chunk runs on new points: ``redraw()`` gives ``(solver, target)`` there
+    Returns ``(θ, loss, stalled)`` (:func:`iterate_chunks`); with ``give_up_if_stuck``,
+    stops after the first chunk if no iterate of it was better than θ (then returns θ
+    itself). With ``redraw``, each chunk runs on new points: ``redraw()`` gives ``(solver, target)`` there
     (:func:`~teng_eq.fit.theta0.moved_solver`), and the best θ so far is re-scored on them.
 
     Near the optimum these steps are not monotone: a step can raise the loss and
@@ -159,10 +165,10 @@ def refine(solver: StageSolver, theta: Float[Array, " params"], target: Float[Ar
         theta, best, key = carry
         return theta, BestSoFar(best.theta, data[0].loss(best.theta, data[1])), key
 
-    carry = iterate_chunks(
+    carry, stalled = iterate_chunks(
         on_points(chunk_on, (solver, target), redraw, restart),
         (theta, BestSoFar(theta, jnp.asarray(jnp.inf)), key), lambda carry: float(carry[1].loss),
         tol=tol, max_iters=max_iters, chunk=chunk, patience=patience, log=log, label=label, goal=goal,
         give_up=(lambda carry: bool(jnp.all(carry[1].theta == theta))) if give_up_if_stuck else None,
     )
-    return carry[1].theta, float(carry[1].loss)
+    return carry[1].theta, float(carry[1].loss), stalled

@@ -20,9 +20,13 @@ tolerance, an iteration cap, or after ``patience`` chunks that did not halve
 the loss. On a sampled box whose points are ``fresh``, stage 2 runs each chunk on
 the points moved afresh (:func:`fresh_points`), as the steps do.
 
-A fit that ends above ``stage2_tol`` is reported (a warning, and
-``converged=False`` in its :class:`FitReport`) and is not cached, so that no later run
-takes it for a good θ₀. Converged results are cached on disk
+A fit that ends above ``stage2_tol`` is reported (a warning naming the setting to
+change, and ``converged=False`` in its :class:`FitReport`). It is cached all the same when
+it ended within :data:`REACH_FACTOR` of its tolerance *and* stalled (its last stage stopped
+by its patience: more iterations would not take it lower), as what this network reaches on
+u₀ — else every rerun would pay for the same fit again; one that is farther off, or still
+improving when its iterations ran out, is not cached, so that no later run takes it for a
+good θ₀ (:func:`verdict`). Cached results are stored on disk
 (:func:`cached_initial_parameters`) keyed by the equation (every field), u₀'s
 values on the fit grid, architecture, quadrature grid and seed, so every run and method of a sweep starts
 from the same θ₀ and none refits it.
@@ -33,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -111,8 +116,10 @@ def check_least_squares(prefix: str, solver: str, damping: float) -> None:
 class FitReport:
     """How θ₀'s fit went: each stage's final loss and time, the relative loss
     ``stage2_loss / ‖u₀‖²``, the damping stage 2's plain iterations ran at
-    (:func:`value_stage`), whether it reached ``stage2_tol`` (``converged``) and
-    whether it came from the cache."""
+    (:func:`value_stage`), whether it reached ``stage2_tol`` (``converged``), whether
+    its last stage ended stalled (:func:`~teng_eq.fit.iterate.iterate_chunks`), what
+    its warning says where it did not converge (:func:`verdict`) and whether it came
+    from the cache."""
 
     stage1_loss: float
     stage2_loss: float
@@ -122,6 +129,8 @@ class FitReport:
     stage2_s: float
     stage2_damping: float
     cached: bool = False
+    stalled: bool = False
+    advice: str = ""
 
     @property
     def seconds(self) -> float:
@@ -252,7 +261,7 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
     loss further (docs/guides/accuracy.md, "θ₀"), but how little a fit stands
     depends on the network's start (``init``) and the condition.
 
-    Returns ``(θ, loss, damping used)``. Goes on while it improves (tol 0):
+    Returns ``(θ, loss, damping used, stalled)``. Goes on while it improves (tol 0):
     ``stage2_tol`` judges the result, it does not stop the fit half-way. With ``draw``
     (:func:`fresh_points`), each chunk on new points.
     """
@@ -262,12 +271,12 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
         last = attempt == DAMPING_TRIES - 1
         solver = StageSolver(space, quadrature, fit.solver, damping, flux=True)
         label = "θ₀ stage 2 (value)" if attempt == 0 else f"θ₀ stage 2 (value, damping {damping:.0e})"
-        fitted, loss = refine(solver, theta, target, key=key, subsample=sub, tol=0.0,
-                              max_iters=fit.stage2_max_iters, patience=fit.stage2_patience, log=log,
-                              label=label, goal=goal,
-                              give_up_if_stuck=not last, redraw=moved_solver(solver, draw))
+        fitted, loss, stalled = refine(solver, theta, target, key=key, subsample=sub, tol=0.0,
+                                       max_iters=fit.stage2_max_iters, patience=fit.stage2_patience,
+                                       log=log, label=label, goal=goal,
+                                       give_up_if_stuck=not last, redraw=moved_solver(solver, draw))
         if last or not bool(jnp.all(fitted == theta)):
-            return fitted, loss, damping
+            return fitted, loss, damping, stalled
         damping *= 10
 
 
@@ -309,7 +318,7 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
         return J if solver.sqrt_weights is None else J * jnp.repeat(sqrt_w, target1.shape[1])[:, None]
 
     t0 = time.perf_counter()
-    theta, loss1 = levenberg_marquardt(
+    theta, loss1, _ = levenberg_marquardt(
         residual1, jacobian1, space.flatten(net), solver.weight, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
         max_iters=fit.stage1_max_iters, patience=fit.stage1_patience, log=log,
@@ -317,10 +326,10 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     )
     t1 = time.perf_counter()
     draw = None if move is None else fresh_points(points, move, u0, jax.random.fold_in(key, 4))
-    theta, loss2, damping = value_stage(space, quadrature, theta, target2, fit, key=k2, log=log,
-                                        goal=fit.stage2_tol * norm, draw=draw)
+    theta, loss2, damping, stalled = value_stage(space, quadrature, theta, target2, fit, key=k2, log=log,
+                                                 goal=fit.stage2_tol * norm, draw=draw)
     if fit.stage2_polish_iters > 0:
-        theta, loss2 = levenberg_marquardt(
+        theta, loss2, stalled = levenberg_marquardt(
             lambda th, data: data[0].scaled(data[0].values(th) - data[1]),
             lambda th, subset, data: data[0].scaled(data[0].jacobian(th, subset)[1]).T,
             theta, solver.weight, key=k3, subsample=sub2, tol=0.0, max_iters=fit.stage2_polish_iters,
@@ -329,8 +338,45 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
         )
     report = FitReport(stage1_loss=loss1, stage2_loss=loss2, stage2_rel_loss=loss2 / norm,
                        converged=bool(loss2 <= fit.stage2_tol * norm), stage1_s=t1 - t0,
-                       stage2_s=time.perf_counter() - t1, stage2_damping=damping)
+                       stage2_s=time.perf_counter() - t1, stage2_damping=damping, stalled=stalled)
     return theta, report
+
+
+#: How far above ``fit.stage2_tol`` (a factor of the relative loss) a stalled θ₀ fit may end
+#: and still be cached (:func:`verdict`): its relative error then at most √1000 ≈ 32 times the
+#: tolerance's (at the default 5e-14: 7e-6 instead of 2.2e-7), and said in a warning.
+REACH_FACTOR = 1e3
+
+
+def verdict(report: FitReport, fit: FitOptions) -> tuple[bool, str]:
+    """``(cache it, warning)`` for a fit that ended at relative loss ``r`` against the
+    tolerance ``τ = fit.stage2_tol``: ``r ≤ τ`` is cached without a word; ``τ < r ≤
+    REACH_FACTOR·τ`` with its last stage stalled is cached as what the network reaches,
+    the warning giving the tolerance that says so; farther off and stalled, or still
+    improving when its iterations ran out, it is not cached, the warning naming the
+    setting to change (the network, or the last stage's iterations)."""
+    if report.converged:
+        return True, ""
+    rel, tol = report.stage2_rel_loss, fit.stage2_tol
+    head = f"θ₀ fit ended above its tolerance: relative loss {rel:.2e} > fit.stage2_tol={tol:g}"
+    reached = f"fit.stage2_tol={_round_up(rel):g}"
+    if not report.stalled:
+        key = "stage2_polish_iters" if fit.stage2_polish_iters > 0 else "stage2_max_iters"
+        return False, (f"{head}, still improving at its last iteration; not cached: "
+                       f"raise fit.{key} (now {getattr(fit, key)})")
+    if rel <= REACH_FACTOR * tol:
+        return True, (f"{head}, {rel / tol:.3g}x, where it stopped improving (within {REACH_FACTOR:g}x); "
+                      f"cached as what this network reaches: {reached} says so, a wider network "
+                      "(network.width) may go lower")
+    return False, (f"{head}, {rel / tol:.3g}x, where it stopped improving (more than {REACH_FACTOR:g}x); "
+                   f"not cached: a wider network (network.width) or a finer fit.grid, or {reached} "
+                   "to take this θ₀")
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up to one significant digit (6.9e-12 → 7e-12)."""
+    scale = 10.0 ** math.floor(math.log10(x))
+    return math.ceil(x / scale * (1 - 1e-12)) * scale
 
 
 def u0_digest(u0: Callable[[Array], Array], quadrature: Quadrature) -> str:
@@ -351,9 +397,11 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
     self-checking entry (:func:`teng_eq.cache.files.store_arrays`: θ and the report as
     JSON, no pickle), refitted when missing, damaged or stale.
 
-    A fit that did not reach its tolerance is returned with a warning and is
-    *not* written to the cache; nor is one the cache cannot take (disk full, a
-    folder gone: :func:`~teng_eq.cache.files.store_or_warn`), which this run still uses.
+    A fit that did not reach its tolerance is returned with a warning (:func:`verdict`,
+    also kept in its report's ``advice``) and written to the cache only where it stalled
+    within :data:`REACH_FACTOR` of it; nor is one written that the cache cannot take
+    (disk full, a folder gone: :func:`~teng_eq.cache.files.store_or_warn`), which this
+    run still uses.
     """
     # u₀ by its values, not its name: a formula edited under the same name (a user's
     # file) is a new θ₀. The fit's own points and weights go with them.
@@ -365,11 +413,11 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
         report = FitReport(**{**json.loads(str(cached["info"])), "cached": True})
         return jnp.asarray(cached["theta"]), report
     theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log, move=move)
-    if not report.converged:
-        warnings.warn(
-            f"θ₀ fit ended above its tolerance: relative loss {report.stage2_rel_loss:.2e} > "
-            f"fit.stage2_tol={fit.stage2_tol:g}; not cached", stacklevel=2,
-        )
+    keep, advice = verdict(report, fit)
+    if advice:
+        report = dataclasses.replace(report, advice=advice)
+        warnings.warn(advice, stacklevel=2)
+    if not keep:
         return theta, report
     info = np.array(json.dumps(dataclasses.asdict(report)))
     store_or_warn(path, {"theta": np.asarray(theta), "info": info}, entry_key, "θ₀")

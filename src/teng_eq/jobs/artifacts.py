@@ -77,7 +77,7 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -
     if fit is not None:
         run.metric("fit_s", fit.seconds)
         run.tags({"theta0_cached": fit.cached, "theta0_loss": f"{fit.stage2_loss:.3e}",
-                  "theta0_converged": fit.converged})
+                  "theta0_rel_loss": f"{fit.stage2_rel_loss:.3e}", "theta0_converged": fit.converged})
     ratios = result.metrics.get("holdout_ratio")
     if ratios is not None:
         run.metric("holdout_ratio_max", float(np.nanmax(ratios)))
@@ -92,7 +92,8 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -
                     f"{np.nanmax(ratios):.3g}; holdout.warn={result.holdout.warn:g}, "
                     f"holdout.fail={result.holdout.fail:g}): the fits may overfit the quadrature nodes")
     if fit is not None and not fit.converged:
-        warn.append(f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
+        warn.append(fit.advice or
+                    f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
     if result.estimate not in (run_cfg.estimate, "none"):
         why = ("needs a periodic box" if run_cfg.estimate == "transport" else
                f"needs derivatives of twice the operator's order ({2 * run_cfg.equation.order})")

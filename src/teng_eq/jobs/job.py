@@ -199,6 +199,30 @@ def unlogged_folder(chash: str, directory) -> Callable[[str], Path]:
     return folder
 
 
+#: Override keys a run's name leaves out: those ``<method>-<equation>-dt<Δt>`` names already.
+NAMED = frozenset({"method", "equation", "dt"})
+#: Longest list of overrides a run's name spells out; a longer one is cut and followed by a
+#: hash of them all.
+NAME_OVERRIDES = 80
+
+
+def run_name(cfg: DictConfig, overrides: Sequence[str]) -> str:
+    """The MLflow run's name: ``<method>-<equation>-dt<Δt>`` (the job's log lines' label),
+    then every override of the command line that it does not name and that is not
+    bookkeeping (:data:`~teng_eq.config.options.BOOKKEEPING`, ``hydra.*``), as given; past
+    :data:`NAME_OVERRIDES` characters cut, with ``#`` and 8 hex digits of a hash of them all.
+    So two runs of one command line that differ in a setting have different names, and a
+    run with no other override keeps the bare name."""
+    base = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}"
+    keys = [o.lstrip("+~").split("=", 1)[0] for o in overrides]
+    extra = [o for o, key in zip(overrides, keys)
+             if key not in NAMED and key.split(".")[0] not in BOOKKEEPING and not key.startswith("hydra.")]
+    text = " ".join(extra)
+    if len(text) > NAME_OVERRIDES:
+        text = f"{text[:NAME_OVERRIDES - 11].rstrip()}… #{digest({'overrides': extra})[:8]}"
+    return f"{base} {text}" if text else base
+
+
 def job_tags(cfg: DictConfig, context: JobContext, chash: str) -> dict[str, str]:
     """The tags a job's run opens with (a frontier search's trial: its study and trial too)."""
     commit, dirty = tracking.git_state(context.root)
@@ -219,8 +243,8 @@ def tracked_job(cfg: DictConfig, job: Job, context: JobContext, job_start: float
     run_cfg, opts = job.run, job.options
     resolved = OmegaConf.to_container(cfg, resolve=True)
     name, chash = f"{cfg.method.name}-{cfg.equation.name}-dt{cfg.dt}", config_hash(resolved)
-    with tracking.tracked_run(job.tracking_uri, opts.experiment_name, run_name=name,
-                              tags=job_tags(cfg, context, chash),
+    with tracking.tracked_run(job.tracking_uri, opts.experiment_name,
+                              run_name=run_name(cfg, context.overrides), tags=job_tags(cfg, context, chash),
                               artifact_root=tracking.artifact_root_for(job.tracking_uri, context.root),
                               parent_run_id=(os.environ.get(tracking.PARENT_RUN_ENV) if context.multirun
                                              else None),

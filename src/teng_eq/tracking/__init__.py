@@ -17,6 +17,7 @@ from teng_eq.tracking.readers import (
 )
 from teng_eq.tracking.store import (
     StoreUnavailable,
+    active_tracking_uri,
     artifact_root_for,
     check_store,
     default_tracking_uri,
@@ -32,8 +33,8 @@ from teng_eq.tracking.sweep import PARENT_RUN_ENV, SweepCallback, sweep_hash, sw
 
 __all__ = [
     "PARENT_RUN_ENV", "RunInProgress", "RunLogger", "SelectionError", "StoreUnavailable", "SweepCallback",
-    "artifact_copies", "artifact_root_for", "check_store", "claim_lock", "default_tracking_uri",
-    "ensure_experiment", "experiment_name", "flatten", "git_state", "is_stale", "latest_sweep",
-    "load_runs", "log_analysis", "metric_curves", "open_client", "reap_stale", "sweep_hash", "sweep_jobs",
-    "sweep_run", "tracked_run", "ui_address",
+    "active_tracking_uri", "artifact_copies", "artifact_root_for", "check_store", "claim_lock",
+    "default_tracking_uri", "ensure_experiment", "experiment_name", "flatten", "git_state", "is_stale",
+    "latest_sweep", "load_runs", "log_analysis", "metric_curves", "open_client", "reap_stale", "sweep_hash",
+    "sweep_jobs", "sweep_run", "tracked_run", "ui_address",
 ]

@@ -70,6 +70,15 @@ def default_tracking_uri(root: Path) -> str:
     return f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
 
 
+def active_tracking_uri(root: Path) -> str:
+    """The store a reader looks in when none is named: MLflow's own, where it is set
+    (``mlflow.set_tracking_uri(…)`` in this process, else ``$MLFLOW_TRACKING_URI``), else
+    :func:`default_tracking_uri` of ``root``."""
+    import mlflow
+
+    return mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else default_tracking_uri(root)
+
+
 def artifact_root_for(tracking_uri: str, root: Path) -> Path | None:
     """Where a new experiment keeps its artifacts: ``mlruns/`` beside a SQLite store's
     file (the default store ``<root>/mlflow.db``: ``<root>/mlruns``), ``<root>/mlruns``
