@@ -179,7 +179,7 @@ def test_dt_auto_bounds_a_dispersive_equations_steps(warm_cache):
     k_max = math.pi * 64 / 50
     np.testing.assert_allclose(r.metrics["dt_stable"], 0.9 * RK4_IMAGINARY / k_max**3, rtol=0.02)
     assert np.all(r.metrics["dt"] <= r.metrics["dt_stable"] * (1 + 1e-12))
-    assert np.sum(r.metrics["dt"] > 0.99 * r.metrics["dt_stable"]) >= 2 and r.times[-1] == 0.1
+    assert np.sum(r.metrics["dt"] > 0.99 * r.metrics["dt_stable"]) >= 1 and r.times[-1] == 0.1
     assert r.rel_l2[-1] < KDV_SMALL_ERROR
 
 
