@@ -3,7 +3,7 @@
 
 Its linear part is dispersive: L′[û] = −6û ∂ₓ − 6(∂ₓû) − ∂ₓ³ has the rates
 Λ(k) = i(k³ − 6⟨û⟩k) − 6⟨∂ₓû⟩ on the grid's wave numbers, purely imaginary (on 256
-nodes of [0, 50), |k| ≤ 16.1: |Λ| ≈ 4150), so an explicit step is stable only where
+nodes of [0, 50), |k| ≤ 16.1: |Λ| ≈ 4160), so an explicit step is stable only where
 Δt|Λ| lies in its stability region on the imaginary axis (RK4: 2.83; Euler and Heun:
 none) — what ``dt=auto`` caps a step by (:meth:`~teng_eq.estimate.transport.Transport.radius`).
 """
