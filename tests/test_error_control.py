@@ -589,6 +589,43 @@ def test_the_fastest_resolved_decay_of_the_biharmonic_sets_the_stable_step():
     assert schedule.stable_step(None) == math.inf
 
 
+def _imaginary_extent(tableau) -> float:
+    """The largest y with |R(is)| ≤ 1 + 10⁻¹² for every s in [0, y], on a grid of step 10⁻⁵:
+    the tableau's stability region on the imaginary axis, computed directly."""
+    y = np.linspace(0.0, 4.0, 400_001)
+    outside = np.abs(tableau.stability_polynomial(1j * y)) > 1 + 1e-12
+    return float(y[np.argmax(outside) - 1])
+
+
+@pytest.mark.parametrize("tableau", [RK4, BS3, HEUN], ids=lambda t: t.name)
+def test_a_scalar_dispersive_spectrums_stable_step_is_the_regions_extent(tableau):
+    """KdV's linear part −∂ₓ³ on 256 nodes of [0, 50) has the purely imaginary rates ik³,
+    |k| ≤ π·256/50: ``dt: auto``'s cap is safety·y*/max|k|³, y* the region's extent on the
+    imaginary axis from |R(iy)| directly (RK4 2.83, BS3 1.73; Heun 10⁻³, the table's first
+    step, where its growth per step is below 10⁻¹²) to the table's step 10⁻³. A real
+    spectrum (diffusion ν∂ₓ²) keeps the real-axis ρ = ν max k², bit for bit, and an advective
+    one (−c∂ₓ + ν∂ₓ²) puts every Δtλ at the cap inside the region."""
+    transport = Transport((50.0,), (256,), 3, resolved=(256,), region=tableau.equivalent_radius)
+    schedule = Adaptive(make_config("dt=auto").controller, [1.0], tableau.error_order, tableau.error_constant,
+                        tableau.stability_limit)
+    k_max = math.pi * 256 / 50
+
+    def cap(*a):
+        return schedule.stable_step(transport.radius(np.repeat(np.array(a, float)[:, None], 256, axis=1)))
+
+    extent = _imaginary_extent(tableau)
+    assert cap(0, 0, 0, -1) * k_max**3 / 0.9 == pytest.approx(extent, abs=1e-3)
+    assert abs(tableau.stability_polynomial(1j * cap(0, 0, 0, -1) / 0.9 * k_max**3)) <= 1 + 1e-12
+    diffusion = np.repeat([[0.0], [0.0], [0.3], [0.0]], 256, axis=1)
+    real_axis = Transport((50.0,), (256,), 3, resolved=(256,))  # no region: ρ = max −Re λ
+    assert transport.radius(diffusion) == real_axis.radius(diffusion)
+    assert transport.radius(diffusion) == pytest.approx(0.3 * k_max**2, rel=1e-12)
+    rates = transport.rates(np.repeat([[0.0], [-2.0], [0.01], [0.0]], 256, axis=1))
+    h = cap(0, -2.0, 0.01, 0)
+    assert h < 0.9 * tableau.stability_limit / (0.01 * k_max**2)  # tighter than the real axis alone
+    assert np.max(np.abs(tableau.stability_polynomial(h * rates))) <= 1 + 1e-9
+
+
 def test_dt_initial_auto_sizes_the_first_try_at_the_tolerance(cache_dir):
     """``dt_initial: auto`` on heat: the first try is the step whose embedded estimate
     |C|Δt^q ‖∂ₜ^q u‖ (Heun–Euler: C = −½, q = 2; ‖∂ₜ²u‖ from L′[û₀]L[û₀]) is 0.9 times the

@@ -14,12 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers.bands import TRANSPORT
+from helpers.bands import KDV_SMALL_ERROR, TRANSPORT
 from helpers.configs import CHEAP_FIT, ROOT, make_config
 
 from teng_eq.equations import Equation, Field, operator
 from teng_eq.equations.heat import Heat
-from teng_eq.errors import ConfigError
+from teng_eq.errors import ConfigError, Diverged
 from teng_eq.estimate.defect import Defect, fourier_modes, measured_growth_rate
 from teng_eq.run.simulation import build_method, run_simulation
 
@@ -163,6 +163,34 @@ def test_dt_auto_keeps_a_stiff_equations_steps_stable(warm_cache):
     assert np.all(r.metrics["dt"] <= cap * (1 + 1e-12)) and np.sum(r.metrics["dt"] > 0.99 * cap) >= 3
     assert r.times[-1] == 0.05
     _bracketed(r)
+
+
+#: RK4's stability region on the imaginary axis, |R(iy)| ≤ 1 for y ≤ 2√2.
+RK4_IMAGINARY = 2 * math.sqrt(2)
+
+
+def test_dt_auto_bounds_a_dispersive_equations_steps(warm_cache):
+    """KdV's soliton (examples/kdv.py) on 64 nodes of [0, 50) under ``dt=auto`` with
+    TENG-RK4: L′[û]'s rates i(k³ − 6⟨û⟩k) are purely imaginary, |k| ≤ π·64/50, so every try
+    is at most 0.9·2√2/max|Λ| (logged as ``dt_stable``, within the 1.5% of the −6⟨û⟩k
+    term of 0.9·2√2/k³_max), the cap binds, and the run follows the exact soliton."""
+    cfg = example("kdv", "grid=64", "eval_grid=128", "method=teng_rk4", "t_final=0.1", "dt=auto")
+    r = run_simulation(cfg, cache_dir=warm_cache)
+    k_max = math.pi * 64 / 50
+    np.testing.assert_allclose(r.metrics["dt_stable"], 0.9 * RK4_IMAGINARY / k_max**3, rtol=0.02)
+    assert np.all(r.metrics["dt"] <= r.metrics["dt_stable"] * (1 + 1e-12))
+    assert np.sum(r.metrics["dt"] > 0.99 * r.metrics["dt_stable"]) >= 1 and r.times[-1] == 0.1
+    assert r.rel_l2[-1] < KDV_SMALL_ERROR
+
+
+def test_heun_cannot_follow_a_dispersive_equation_under_dt_auto(warm_cache):
+    """Heun's region holds no segment of the imaginary axis (|R(iy)|² = 1 + y⁴/4): on KdV's
+    rates its cap is the region's tabulated 10⁻³/max|Λ| (0.9 of it: 1.4e-5 on 64 nodes), and
+    with ``dt_min`` above it the run ends before its first step, naming the methods that can."""
+    cfg = example("kdv", "grid=64", "eval_grid=128", "method=teng_heun", "t_final=0.1", "dt=auto",
+                  "controller.dt_min=1e-4")
+    with pytest.raises(Diverged, match=r"the stable step 1\.\de-05 .* method=teng_rk4 or teng_bs3"):
+        run_simulation(cfg, cache_dir=warm_cache)
 
 
 def test_a_fourth_order_equation_without_a_reference_runs_on_its_estimate(warm_cache):

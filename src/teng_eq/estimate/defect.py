@@ -56,7 +56,7 @@ class Defect(eqx.Module):
     ``resolved`` the shape of the fit's grid (the wave numbers a step must be stable on).
     A system always carries its :class:`SystemTransport` (its μ, under the other kinds, is the
     largest logarithmic norm of Λ: a measured μ reads a scalar field); ``region``: the
-    integrator's stability region for its complex rates.
+    integrator's stability region for the complex rates (a scalar's and a system's).
     """
 
     space: ParamSpace
@@ -83,7 +83,7 @@ class Defect(eqx.Module):
         self.transport = None if not (periodic and (kind == "transport" or system)) else SystemTransport(
             equation.periods, quadrature.grid_shape, equation.order, len(equation.components), resolved,
             region
-        ) if system else Transport(equation.periods, quadrature.grid_shape, equation.order, resolved)
+        ) if system else Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region)
         declared = type(equation).growth_rate is not Equation.growth_rate
         self.modes = None if declared or self.transport else fourier_modes(equation.periods, len(self.points))
 

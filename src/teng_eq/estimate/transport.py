@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -25,15 +26,20 @@ class Transport(eqx.Module):
     equation's order and their symbols (ik)^α on the grid's wave numbers (flattened
     'ij', the grid's point order; odd derivatives of the Nyquist wave are 0), and on the
     wave numbers a fit on a grid of shape ``resolved`` represents, |k_i| ≤ π m_i / L_i
-    (an ellipse; ``resolving``), where a step must be stable (:meth:`radius`)."""
+    (an ellipse; ``resolving``), where a step must be stable (:meth:`radius`); ``region``
+    (an explicit integrator's :meth:`~teng_eq.stepping.tableau.Tableau.equivalent_radius`)
+    reads the rates there that lie off the negative real axis."""
 
     alphas: tuple[tuple[int, ...], ...] = eqx.field(static=True)
     shape: tuple[int, ...] = eqx.field(static=True)
     symbols: np.ndarray  # (alphas, n) complex
     resolving: np.ndarray  # (alphas, modes) complex
+    region: Callable | None = eqx.field(static=True)
 
-    def __init__(self, periods, shape: tuple[int, ...], order: int, resolved: tuple[int, ...] | None = None):
+    def __init__(self, periods, shape: tuple[int, ...], order: int, resolved: tuple[int, ...] | None = None,
+                 region: Callable | None = None):
         dim = len(shape)
+        self.region = region
         self.alphas = tuple(a for a in itertools.product(range(order + 1), repeat=dim) if sum(a) <= order)
         self.shape = tuple(shape)
         self.symbols = self._symbols(periods, shape, nyquist_odd=True)
@@ -53,12 +59,33 @@ class Transport(eqx.Module):
         return np.stack([np.prod([(1j * mesh[a_i % 2][i]) ** a_i for i, a_i in enumerate(a)], axis=0).ravel()
                          for a in self.alphas])
 
+    #: How much the region's radius must exceed the real axis's before it replaces it: its
+    #: extents are tabulated to 10⁻³ (:meth:`~teng_eq.stepping.tableau.Tableau.equivalent_radius`;
+    #: ≥ 3.6·10⁻⁴ of every stability interval x ≥ 2.79), so below that they cannot tell a
+    #: rate a hair off the axis (Burgers' near-real ones: 10⁻⁶) from one on it, where the
+    #: real-axis rule is exact.
+    RESOLUTION: ClassVar[float] = 1e-3
+
+    def rates(self, a: np.ndarray) -> np.ndarray:
+        """Λ(k) on the resolved wave numbers, Λ from the mean coefficients ``a``
+        (:meth:`symbol`): the eigenvalue of the 1 × 1 symbol, complex where L′[û] has odd
+        derivatives (advection ±ik, dispersion ∓ik³)."""
+        return np.mean(np.asarray(a, np.float64), axis=1) @ self.resolving
+
     def radius(self, a: np.ndarray) -> float:
-        """ρ = max over the resolved wave numbers of −Re Λ(k) (≥ 0), Λ from the mean
-        coefficients ``a`` (:meth:`symbol`): the fastest rate at which L′[û] damps a mode
-        the fit can hold. An explicit step of Δt is stable on all of them where Δt ρ is
-        within its stability interval."""
-        return max(0.0, float(np.max(-(np.mean(np.asarray(a, np.float64), axis=1) @ self.resolving).real)))
+        """ρ with Δt ρ ≤ x (the tableau's stability interval [−x, 0]) where Δtλ lies in the
+        stability region for every rate λ of :meth:`rates`: ρ₀ = max −Re λ (≥ 0), the
+        fastest rate at which L′[û] damps a mode the fit can hold; with a ``region``, its
+        radius of the rates along their own rays where that exceeds ρ₀ by more than
+        :attr:`RESOLUTION` (waves, dispersion, advection), else ρ₀. On a real spectrum
+        (heat, Allen–Cahn) ρ = ρ₀, the real axis's; on KdV's iω, ω ≈ k³, RK4 holds
+        |Δtω| ≤ 2.83, its region on the imaginary axis."""
+        rates = self.rates(a)
+        rho = max(0.0, float(np.max(-rates.real)))
+        if self.region is None:
+            return rho
+        through = self.region(rates)
+        return through if through > rho * (1 + self.RESOLUTION) else rho
 
     def coefficients(self, equation: Equation, u_fn: Callable, points, t) -> Float[Array, "alphas n"]:
         """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
@@ -133,12 +160,11 @@ class SystemTransport(Transport):
     radius ρ of :meth:`Transport.radius` (without one, the largest −Re λ)."""
 
     components: int = eqx.field(static=True)
-    region: Callable | None = eqx.field(static=True)
 
     def __init__(self, periods, shape: tuple[int, ...], order: int, components: int,
                  resolved: tuple[int, ...] | None = None, region: Callable | None = None):
-        super().__init__(periods, shape, order, resolved)
-        self.components, self.region = components, region
+        super().__init__(periods, shape, order, resolved, region)
+        self.components = components
 
     def coefficients(self, equation: Equation, vector: Callable, points, t) -> Float[Array, "m m alphas n"]:
         """a_{ijα}(x) at the spatial points of the rows ``points`` (:meth:`Transport.coefficients`
@@ -160,6 +186,8 @@ class SystemTransport(Transport):
         return np.linalg.eigvals(np.moveaxis(blocks, -1, 0)).ravel()
 
     def radius(self, a) -> float:
+        """Every eigenvalue through the ``region``, near the real axis too (without one,
+        the largest −Re λ)."""
         rates = self.rates(a)
         if self.region is None:
             return max(0.0, float(np.max(-rates.real)))

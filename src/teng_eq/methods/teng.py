@@ -114,10 +114,10 @@ class TENG(ThetaMethod):
 
     def defect(self, kind: str) -> Defect | None:
         """On the held-out points of the step (points no fit uses); the fit's grid bounds
-        the wave numbers the step must be stable on, the tableau's stability region where they
-        are complex (a system's, which only the explicit steps run)."""
-        eq = self.advance.equation
-        region = self.advance.tableau.equivalent_radius if eq.components else None
+        the wave numbers the step must be stable on, an explicit tableau's stability region
+        where their rates are complex (an implicit one is A-stable: no cap)."""
+        eq, tableau = self.advance.equation, self.advance.tableau
+        region = tableau.equivalent_radius if tableau.explicit else None
         return Defect(self.space, eq, self.advance.holdout, kind, resolved=self.grid_shape, region=region)
 
     @classmethod

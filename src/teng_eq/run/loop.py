@@ -251,7 +251,8 @@ def advance(loop: Loop, state: RunState) -> RunState:
     if cap < loop.schedule.dt_min:
         raise Diverged(f"{loop.name}: at t={state.t:.6g} the stable step {cap:.3g} (the fastest mode the fit "
                        f"resolves) is below controller.dt_min={loop.schedule.dt_min:g}: an explicit "
-                       "step cannot follow it (take an implicit method, or TENG-RK4 on imaginary rates)",
+                       "step cannot follow it (take an implicit method, or on imaginary rates "
+                       "method=teng_rk4 or teng_bs3, whose regions hold part of the imaginary axis)",
                        n, n - 1)
     while True:
         h, t = loop.schedule.propose(state, controller, cap)
