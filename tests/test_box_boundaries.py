@@ -13,6 +13,7 @@ from teng_eq import api
 from teng_eq.domains.base import BoundaryPart
 from teng_eq.domains.bounded import BoxDomain, other_order
 from teng_eq.equations import operator
+from teng_eq.equations.heat_box import HeatBox
 from teng_eq.errors import ConfigError
 from teng_eq.fit.stage import StageSolver
 from teng_eq.network.paper import TENGNet
@@ -139,6 +140,22 @@ def test_a_bad_boundary_block_is_one_line_before_any_compute(override, says):
     with pytest.raises(ConfigError) as err:
         make_config("equation=heat_box_dirichlet", override)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+class HostData(HeatBox):
+    """Side data that leave JAX (a Python float of a traced value): not traceable."""
+
+    def wall(self, x, t):
+        return float(x[0][0]) * 0.0 + 0.0 * x[0]
+
+
+def test_side_data_that_do_not_trace_are_one_line_naming_the_method():
+    """A data function that cannot run under ``jax.jit`` is refused before θ₀, in one line."""
+    with pytest.raises(ConfigError) as err:
+        make_config("equation=heat_box_dirichlet", "equation.impl=test_box_boundaries:HostData",
+                    "equation.boundary.xmin.value=wall")
+    assert "equation.boundary.xmin.value='wall'" in str(err.value) and "traced" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_the_steps_that_need_a_periodic_grid_refuse_a_box_in_one_line():

@@ -169,6 +169,7 @@ def test_dt_auto_keeps_a_stiff_equations_steps_stable(warm_cache):
 RK4_IMAGINARY = 2 * math.sqrt(2)
 
 
+@pytest.mark.slow  # ~100 s: KdV's θ₀ on 64 nodes; the cap itself: test_error_control
 def test_dt_auto_bounds_a_dispersive_equations_steps(warm_cache):
     """KdV's soliton (examples/kdv.py) on 64 nodes of [0, 50) under ``dt=auto`` with
     TENG-RK4: L′[û]'s rates i(k³ − 6⟨û⟩k) are purely imaginary, |k| ≤ π·64/50, so every try
@@ -183,6 +184,7 @@ def test_dt_auto_bounds_a_dispersive_equations_steps(warm_cache):
     assert r.rel_l2[-1] < KDV_SMALL_ERROR
 
 
+@pytest.mark.slow  # ~100 s: KdV's θ₀ on 64 nodes; the cap itself: test_error_control
 def test_heun_cannot_follow_a_dispersive_equation_under_dt_auto(warm_cache):
     """Heun's region holds no segment of the imaginary axis (|R(iy)|² = 1 + y⁴/4): on KdV's
     rates its cap is the region's tabulated 10⁻³/max|Λ| (0.9 of it: 1.4e-5 on 64 nodes), and
