@@ -198,7 +198,7 @@ def test_the_series_reference_of_a_box_operator_matches_the_operator():
 @pytest.mark.parametrize(("name", "grid"), [("heat_box_dirichlet", 48), ("heat_box_neumann", 48),
                                             ("heat_box_moving", 48), ("heat_line_robin", 32)])
 def test_heat_with_sides_reaches_1e_6_at_t_1(name, grid, cache_dir):
-    """The acceptance runs (docs/guides/boundaries.md, "Measured"): TENG-RK4, Δt 0.005, to T = 1:
+    """The acceptance runs (docs/guides/boundaries.md, "Measured"): TENG-RK4 at the presets' Δt, to T = 1:
     global relative L² error ≤ 1e-6 against the exact series or closed form, and the side
     condition's residual ≤ 1e-6 of max |u(T)| at every step."""
     records = []
