@@ -153,7 +153,7 @@ class BoxDomain(Domain):
     def boundary(self) -> tuple[BoundaryPart, ...]:
         return tuple(p for p in self.parts if p is not None)
 
-    def _sides(self) -> list[tuple[int, int, BoundaryPart]]:
+    def sides(self) -> list[tuple[int, int, BoundaryPart]]:
         """``(axis, end, part)`` of every bounded side (end 0: x = a, 1: x = b), Dirichlet
         sides first, then the Neumann and Robin ones (the fits' flux rows come last)."""
         sides = [(i // 2, i % 2, p) for i, p in enumerate(self.parts) if p is not None]
@@ -187,7 +187,7 @@ class BoxDomain(Domain):
         """The n-node tensor grid inside, then the sides' points (module docstring)."""
         rules = self._rules(n)
         inner, w_inner = _tensor(rules)
-        sides = self._sides()
+        sides = self.sides()
         points, weights, normals, alpha, beta = self._faces(rules, sides)
         flux = np.asarray([p.kind != "dirichlet" for _, _, p in sides for _ in range(n ** (self.dim - 1))])
         k = int(flux.sum())
@@ -202,7 +202,7 @@ class BoxDomain(Domain):
 
     def point_count(self, n: int) -> int:
         """nᵈ inside and n^{d−1} on each bounded side."""
-        return n**self.dim + len(self._sides()) * n ** (self.dim - 1)
+        return n**self.dim + len(self.sides()) * n ** (self.dim - 1)
 
     def holdout(self, n: int, m: int) -> Quadrature:
         """An interior tensor grid that no fit node is on: along a periodic axis the m-grid at
@@ -221,7 +221,7 @@ class BoxDomain(Domain):
     def boundary_points(self, m: int) -> Quadrature | None:
         """On each bounded side the tensor grid of the other axes' rules of another order
         than the fits' (:meth:`holdout`'s), each row with its normal and (α, β)."""
-        sides = self._sides()
+        sides = self.sides()
         if not sides:
             return None
         points, weights, normals, alpha, beta = self._faces(self._rules(m, 0.5, other_order(m, m)), sides)
@@ -233,7 +233,7 @@ class BoxDomain(Domain):
         is the side's exactly, as the points of this domain are made); 0 elsewhere."""
         points = jnp.asarray(points)
         data = jnp.zeros(points.shape[0], points.dtype)
-        for axis, end, part in self._sides():
+        for axis, end, part in self.sides():
             coordinate = float(self.origin[axis]) + end * float(self.lengths[axis])
             data = jnp.where(points[:, axis] == coordinate, part.at(points.T, t), data)
         return data

@@ -86,7 +86,7 @@ class BoundedBox(Equation):
         points = rows.points
         u0 = np.asarray(self.u0(np.asarray(points).T), np.float64)
         scale = max(1.0, float(np.max(np.abs(u0))))
-        for axis, end, part in domain._sides():
+        for axis, end, part in domain.sides():
             coordinate = float(domain.origin[axis]) + end * float(domain.lengths[axis])
             on = np.asarray(points[:, axis] == coordinate)
             key = f"{prefix}.boundary.{part.tag}.value"
