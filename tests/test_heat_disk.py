@@ -263,7 +263,7 @@ def test_teng_heun_holds_the_boundary_at_cpu_size(cache_dir):
 
     records = []
     result = run_simulation(make_config("equation=heat_disk"), on_step=records.append, cache_dir=cache_dir)
-    boundary = [r.metrics["boundary_max_abs"] for r in records]
+    boundary = [r.metrics["boundary_error"] for r in records]
     assert len(boundary) == 101 and max(boundary) <= 1e-5, max(boundary)
     # The Accuracy guide's table has what it reaches (docs/claims.md); 4e-6 fails a run that
     # lost half a digit, not a machine's rounding.
