@@ -18,6 +18,9 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.domains.quadrature import Quadrature
 
+#: (α, β) of αu + β∂ₙu = value for the kinds that fix them (Robin gives its own).
+COEFFICIENTS = {"dirichlet": (1.0, 0.0), "neumann": (0.0, 1.0)}
+
 
 class BoundaryPart(eqx.Module):
     """A part of a domain's boundary, ``tag`` by name, where ``kind`` holds: ``dirichlet``,
@@ -35,7 +38,7 @@ class BoundaryPart(eqx.Module):
     @property
     def coefficients(self) -> tuple[float, float]:
         """(α, β) of the condition αu + β∂ₙu = value."""
-        return {"dirichlet": (1.0, 0.0), "neumann": (0.0, 1.0)}.get(self.kind, (self.alpha, self.beta))
+        return COEFFICIENTS.get(self.kind, (self.alpha, self.beta))
 
     def at(self, x: Float[Array, "dim n"], t) -> float | Float[Array, " n"]:
         """The data at the points ``x`` (coordinate first) and time t; a constant as it is."""

@@ -34,10 +34,10 @@ from collections.abc import Callable
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from teng_eq.config.options import one_of
-from teng_eq.domains.base import BoundaryPart, Domain
+from teng_eq.domains.base import COEFFICIENTS, BoundaryPart, Domain
 from teng_eq.domains.quadrature import FluxRows, Quadrature, gauss_legendre
 from teng_eq.errors import bad
 
@@ -153,6 +153,15 @@ class BoxDomain(Domain):
     def boundary(self) -> tuple[BoundaryPart, ...]:
         return tuple(p for p in self.parts if p is not None)
 
+    def coordinate(self, axis: int, end: int) -> float:
+        """Where a side is: x_axis = a (``end`` 0) or b (1)."""
+        return float(self.origin[axis]) + end * float(self.lengths[axis])
+
+    def on_side(self, points: Float[Array, "n dim"], axis: int, end: int) -> Bool[Array, " n"]:
+        """Which ``points`` are on the side (their coordinate the side's exactly, as this
+        domain's points are made: no side point is on another side)."""
+        return jnp.asarray(points)[:, axis] == self.coordinate(axis, end)
+
     def sides(self) -> list[tuple[int, int, BoundaryPart]]:
         """``(axis, end, part)`` of every bounded side (end 0: x = a, 1: x = b), Dirichlet
         sides first, then the Neumann and Robin ones (the fits' flux rows come last)."""
@@ -172,8 +181,7 @@ class BoxDomain(Domain):
         for axis, end, part in sides:
             others = [r for d, r in enumerate(rules) if d != axis]
             points, weights = _tensor(others) if others else (np.zeros((1, 0)), np.ones(1))
-            coordinate = float(self.origin[axis]) + end * float(self.lengths[axis])
-            points = np.insert(points, axis, coordinate, axis=1)
+            points = np.insert(points, axis, self.coordinate(axis, end), axis=1)
             normal = np.zeros(self.dim)
             normal[axis] = 1.0 if end else -1.0
             alpha, beta = part.coefficients
@@ -229,13 +237,11 @@ class BoxDomain(Domain):
                           flux=FluxRows(jnp.asarray(normals), jnp.asarray(alpha), jnp.asarray(beta)))
 
     def boundary_data(self, points: Float[Array, "n dim"], t) -> Float[Array, " n"]:
-        """Each side's data at the points on it (a point is on a side when its coordinate
-        is the side's exactly, as the points of this domain are made); 0 elsewhere."""
+        """Each side's data at the points on it (:meth:`on_side`); 0 elsewhere."""
         points = jnp.asarray(points)
         data = jnp.zeros(points.shape[0], points.dtype)
         for axis, end, part in self.sides():
-            coordinate = float(self.origin[axis]) + end * float(self.lengths[axis])
-            data = jnp.where(points[:, axis] == coordinate, part.at(points.T, t), data)
+            data = jnp.where(self.on_side(points, axis, end), part.at(points.T, t), data)
         return data
 
     def describe(self) -> dict:
@@ -260,12 +266,11 @@ def sides_of(boundary: Boundary, dim: int, prefix: str, data: Callable) -> tuple
         if side.kind == "periodic":
             parts.append(None)
             continue
-        alpha, beta = (1.0, 0.0) if side.alpha is None else (side.alpha, side.beta)
-        part = BoundaryPart(name, side.kind, side.value, alpha, beta)
-        if isinstance(side.value, str):
+        coefficients = COEFFICIENTS.get(side.kind, (side.alpha, side.beta))
+        value = side.value
+        if isinstance(value, str):
             normal = np.zeros(dim)
             normal[i // 2] = 1.0 if i % 2 else -1.0
-            part = BoundaryPart(name, side.kind, data(side.value, f"{prefix}.{name}.value", normal,
-                                                      part.coefficients), alpha, beta)
-        parts.append(part)
+            value = data(value, f"{prefix}.{name}.value", normal, coefficients)
+        parts.append(BoundaryPart(name, side.kind, value, *coefficients))
     return tuple(parts)

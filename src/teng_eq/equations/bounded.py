@@ -87,8 +87,7 @@ class BoundedBox(Equation):
         u0 = np.asarray(self.u0(np.asarray(points).T), np.float64)
         scale = max(1.0, float(np.max(np.abs(u0))))
         for axis, end, part in domain.sides():
-            coordinate = float(domain.origin[axis]) + end * float(domain.lengths[axis])
-            on = np.asarray(points[:, axis] == coordinate)
+            on = np.asarray(domain.on_side(points, axis, end))
             key = f"{prefix}.boundary.{part.tag}.value"
             if callable(part.value):
                 try:

@@ -202,10 +202,14 @@ class StageSolver(eqx.Module):
         self.flux = quadrature.flux if flux else None
 
     def values(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
-        """What the fits fit: û on the nodes (αû + β∂ₙû on flux rows)."""
+        """What the fits fit: û on the nodes (αû + β∂ₙû on flux rows: one forward
+        derivative there, no Jacobian factors)."""
+        u = self.space.apply(theta, self.points)
         if self.flux is None:
-            return self.space.apply(theta, self.points)
-        return self.factors(theta).u
+            return u
+        k = self.flux.normals.shape[0]
+        _, du = jax.jvp(lambda p: self.space.apply(theta, p), (self.points[-k:],), (self.flux.normals,))
+        return u.at[-k:].set(self.flux.alpha * u[-k:] + self.flux.beta * du)
 
     def scaled(self, r: Float[Array, "*rows n"]) -> Float[Array, "*rows n"]:
         """``r`` (or rows of ``Jᵀ``) times √wₙ where the weights are per point, so

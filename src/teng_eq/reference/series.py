@@ -75,17 +75,18 @@ class SeriesSolution:
 
     def values_at(self, t: float, m: int) -> np.ndarray:
         """u(·, t) at the points of ``equation.evaluation(m)``, any t."""
-        return self.at(np.asarray(self.equation.evaluation(m).points), t, m)
-
-    def at(self, points: np.ndarray, t: float, m: int | None = None) -> np.ndarray:
-        """u(·, t) at ``points`` (P, dim): Σ_k c_k e^{−νλ_k t} Π_d φ_{k_d}(x_d)."""
-        if m is None or m not in self._tables:
-            tables = [axis_modes(kinds, a, length, self.n, points[:, d])[0]
-                      for d, (kinds, a, length) in enumerate(self.axes)]
-            if m is None:
-                return self._sum(tables, t)
-            self._tables[m] = tables
+        if m not in self._tables:
+            self._tables[m] = self._modes_at(np.asarray(self.equation.evaluation(m).points))
         return self._sum(self._tables[m], t)
+
+    def at(self, points: np.ndarray, t: float) -> np.ndarray:
+        """u(·, t) at ``points`` (P, dim): Σ_k c_k e^{−νλ_k t} Π_d φ_{k_d}(x_d)."""
+        return self._sum(self._modes_at(points), t)
+
+    def _modes_at(self, points: np.ndarray) -> list[np.ndarray]:
+        """Each axis' eigenfunctions at the points' coordinate on it, (P, n) each."""
+        return [axis_modes(kinds, a, length, self.n, points[:, d])[0]
+                for d, (kinds, a, length) in enumerate(self.axes)]
 
     def _sum(self, tables: list[np.ndarray], t: float) -> np.ndarray:
         out = self.coefficients * np.exp(self.rates * float(t))

@@ -118,10 +118,10 @@ class Program:
         def at(where):
             return jax.jit(lambda s, t: method.values(s, where, t)).lower(state, 0.0).compile()
 
-        evaluate, boundary = at(points), cfg.equation.domain.boundary_points(cfg.eval_grid)
-        on_boundary = None if boundary is None else jax.jit(
-            lambda s, t: on_edge(method, s, boundary, t)).lower(state, 0.0).compile()
-        boundary = None if boundary is None else boundary.points
+        evaluate, edge = at(points), cfg.equation.domain.boundary_points(cfg.eval_grid)
+        on_boundary = None if edge is None else jax.jit(
+            lambda s, t: on_edge(method, s, edge, t)).lower(state, 0.0).compile()
+        boundary = None if edge is None else edge.points
         defect = None if cfg.estimate == "none" else method.defect(cfg.estimate)
         estimate = (None if defect is None
                     else CompiledEstimate(defect, cfg.estimate, method.parameters, state))
@@ -304,8 +304,7 @@ def on_edge(method: Method, state, rows, t):
     and (α, β)); û alone where every β is 0 (no derivative is taken)."""
     flux = rows.flux
     if not np.any(np.asarray(flux.beta)):
-        u = method.values(state, rows.points, t)
-        return u if np.all(np.asarray(flux.alpha) == 1.0) else flux.alpha * u
+        return flux.alpha * method.values(state, rows.points, t)
     u, du = jax.jvp(lambda p: method.values(state, p, t), (rows.points,), (flux.normals,))
     return flux.alpha * u + flux.beta * du
 
