@@ -203,7 +203,8 @@ class _BoxOperator:
         self.zero_grad = np.zeros((len(shape), *self.pad))
 
     def weights(self, h: float) -> tuple[np.ndarray, ...]:
-        """``(e^{hL̂/2}, e^{hL̂}, hQ, hf₁, hf₂, hf₃)`` (:func:`~teng_eq.reference.etdrk4.etdrk4_coefficients`)."""
+        """``(e^{hL̂/2}, e^{hL̂}, hQ, hf₁, hf₂, hf₃)``
+        (:func:`~teng_eq.reference.etdrk4.etdrk4_coefficients`)."""
         e2, e, q, f1, f2, f3 = etdrk4_coefficients(h * self.lin)
         return e2, e, h * q, h * f1, h * f2, h * f3
 
@@ -319,11 +320,12 @@ class BoxETDRK4(Pseudospectral):
     ``resolution`` rows ``(t_max, n, dt)`` (n modes per axis, an int or one per axis), ``memory``
     for the kept series."""
 
-    def solution(self, equation, times, *, cache_dir=None, n=None, dt: float | None = None) -> BoxETDRK4Solution:
+    def solution(self, equation, times, *, cache_dir=None, n=None,
+                 dt: float | None = None) -> BoxETDRK4Solution:
         """The solution at ``times`` (steps of at most ``dt``, each time reached exactly), cached as
         ``<cache_dir>/reference-<sha256>.npz`` keyed by the equation (class and every field), u₀'s
         series, the resolution, the bytes of ``times`` and :data:`CACHE_VERSION`
-        (:meth:`Pseudospectral.solution <teng_eq.reference.etdrk4.Pseudospectral.solution>`'s rules)."""
+        (the rules of :meth:`~teng_eq.reference.etdrk4.Pseudospectral.solution`)."""
         times, shape, dt = self._resolve(equation, times, n, dt)
         if cache_dir is False:
             return solve(equation, times, shape, dt, self.degree, self.memory)
