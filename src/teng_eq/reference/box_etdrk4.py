@@ -212,10 +212,10 @@ class _BoxOperator:
     def apply(w: np.ndarray, v: np.ndarray) -> np.ndarray:
         return w * v
 
-    def to_grid(self, v: np.ndarray, pad: tuple[int, ...] | None = None) -> np.ndarray:
-        """The series ``v`` on the padded grid (or the ``pad`` one)."""
+    def to_grid(self, v: np.ndarray) -> np.ndarray:
+        """The series ``v`` on the padded grid."""
         for d, a in enumerate(self.axes):
-            v = a.to_grid(v, d, (pad or self.pad)[d])
+            v = a.to_grid(v, d, self.pad[d])
         return v.real if self.complex else v
 
     def from_grid(self, f: np.ndarray) -> np.ndarray:
