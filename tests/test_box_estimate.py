@@ -65,10 +65,14 @@ def test_robin_modes_meet_their_transcendental_equation():
 
 
 def _heat_box(kind: str) -> tuple[BoxDomain, BoxTransport, np.ndarray, np.ndarray]:
-    """A box [0, 1] × [0, 2], every side ``kind``, its held-out 13 × 13 grid's transport and
-    the coefficients of heat's L′ = ν Δ (ν = 0.05)."""
-    domain = BoxDomain((0.0, 0.0), (1.0, 2.0),
-                       tuple(BoundaryPart(t, kind, 0.0) for t in ("xmin", "xmax", "ymin", "ymax")), 1.0)
+    """A box [0, 1] × [0, 2], every side ``kind`` (``periodic``: x periodic, y Dirichlet), its
+    held-out 13 × 13 grid's transport (12 × 13 with x periodic) and the coefficients of
+    heat's L′ = ν Δ (ν = 0.05)."""
+    parts = [BoundaryPart(t, "dirichlet" if kind == "periodic" else kind, 0.0)
+             for t in ("xmin", "xmax", "ymin", "ymax")]
+    if kind == "periodic":
+        parts[:2] = [None, None]
+    domain = BoxDomain((0.0, 0.0), (1.0, 2.0), tuple(parts), 1.0)
     q = domain.holdout(12, 12)
     transport = BoxTransport(domain, q.points, q.weights, 2, (12, 12))
     a = np.zeros((len(transport.alphas), len(q.weights)))
@@ -76,18 +80,20 @@ def _heat_box(kind: str) -> tuple[BoxDomain, BoxTransport, np.ndarray, np.ndarra
     return domain, transport, np.asarray(q.points).T, a
 
 
-@pytest.mark.parametrize("kind, mode", [("dirichlet", np.sin), ("neumann", np.cos)])
-def test_a_step_carries_an_exact_mode_of_heat_and_keeps_an_error_that_sits_still(kind, mode):
-    """e = mode(πx) mode(πy) (λ = −ν(π² + π²/4)): without a defect the step damps it by e^{hλ}
-    exactly (to the modes' 1e-9); a fit's error that stays e through the step (its defect
-    −hλe) comes back as e, where the sum of defects would count it |hλ| times over."""
+@pytest.mark.parametrize("kind, mode, waves", [("dirichlet", np.sin, (1, 1)), ("neumann", np.cos, (1, 1)),
+                                               ("periodic", np.sin, (2, 1))])
+def test_a_step_carries_an_exact_mode_of_heat_and_keeps_an_error_that_sits_still(kind, mode, waves):
+    """e = mode(jπx) mode(πy/2) (λ = −ν((jπ)² + π²/4); j = 2 along a periodic x: sin 2πx):
+    without a defect the step damps it by e^{hλ} exactly (to the modes' 1e-9); a fit's error
+    that stays e through the step (its defect −hλe) comes back as e, where the sum of
+    defects would count it |hλ| times over."""
     _, transport, (x, y), a = _heat_box(kind)
-    e = mode(np.pi * x) * mode(np.pi * y / 2)
-    lam, h = -0.05 * (np.pi**2 + np.pi**2 / 4), 0.3
+    e = mode(waves[0] * np.pi * x) * mode(np.pi * y / 2)
+    lam, h = -0.05 * ((waves[0] * np.pi) ** 2 + np.pi**2 / 4), 0.3
     np.testing.assert_allclose(transport.propagate(e, np.zeros_like(e), a, h), np.exp(h * lam) * e, atol=1e-8)
     np.testing.assert_allclose(transport.propagate(e, -h * lam * e, a, h), e, atol=1e-8)
     np.testing.assert_allclose(transport.apply(a, e), lam * e, atol=1e-6)
-    slowest = -0.05 * np.pi**2 * 1.25 if kind == "dirichlet" else 0.0  # the constant mode of Neumann's
+    slowest = {"dirichlet": -0.05 * np.pi**2 * 1.25, "neumann": 0.0, "periodic": -0.05 * np.pi**2 / 4}[kind]
     assert float(transport.growth(a)) == pytest.approx(slowest, abs=1e-9)
 
 

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -189,8 +190,9 @@ class BoxTransport(eqx.Module):
         return zero + sum(c * xp.asarray(lam) for c, lam in zip(second, self.lam)), rest
 
     def growth(self, a: Float[Array, "alphas n"]) -> Float[Array, ""]:
-        """max Λ over the grid's modes: what ``growth_rate`` logs."""
-        return jnp.max(self.symbol(a, jnp)[0])
+        """max Λ over the grid's modes: what ``growth_rate`` logs (traced for JAX ``a``)."""
+        xp = jnp if isinstance(a, jax.Array) else np
+        return xp.max(self.symbol(a, xp)[0])
 
     def rates(self, a: np.ndarray) -> np.ndarray:
         """Λ on the modes a fit resolves (:func:`resolved_eigenvalues`, on their ellipse)."""

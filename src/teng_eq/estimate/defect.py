@@ -54,7 +54,8 @@ class Defect(eqx.Module):
     fields ∇f, Δf of both ends; any other from L applied to p(½) as a function, which
     needs both ends' θ. Where the equation declares no growth rate, each end's fields
     carry μ measured there (``modes``: :func:`measured_growth_rate`'s basis); under
-    ``transport`` (a periodic grid) the coefficients of L′[û] instead (:class:`Transport`),
+    ``transport`` (a periodic grid, or a box with sides: :func:`boxed`) the coefficients of L′[û] instead
+    (:class:`Transport`, :class:`~teng_eq.estimate.box.BoxTransport`),
     ``resolved`` the shape of the fit's grid (the wave numbers a step must be stable on).
     A system always carries its :class:`SystemTransport` (its μ, under the other kinds, is the
     largest logarithmic norm of Λ: a measured μ reads a scalar field); ``region``: the
@@ -66,7 +67,7 @@ class Defect(eqx.Module):
     points: Float[Array, "n dim"]
     weights: Float[Array, " n"]
     modes: Float[Array, "modes dim+1"] | None
-    transport: Transport | None
+    transport: Transport | BoxTransport | None
     hermite: bool = eqx.field(static=True)
     short: bool = eqx.field(static=True)
 
