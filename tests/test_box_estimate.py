@@ -111,12 +111,11 @@ def test_a_variable_reaction_enters_as_the_rest_of_the_operator():
 
 
 def test_the_stable_step_radius_is_the_fastest_resolved_mode():
-    """On n = 12 fit nodes per axis the resolved wave numbers reach k ≤ 2n/L (24 along x,
-    12 along y): ρ = ν max(k₁² + k₂²) over their ellipse, between the largest exact sine's
-    ν (π⌊2n/π⌋/L₁)² and ν (2n/L₁)²."""
+    """On n = 12 fit nodes per axis the resolved wave numbers reach k ≤ πn/L (12π along x,
+    6π along y) on their ellipse: ρ = ν max(k₁² + k₂²) there, which the Dirichlet sines
+    (jπ, j'π/2) reach between j = 11 and the ellipse's ν (12π)²."""
     _, transport, _, a = _heat_box("dirichlet")
-    rho = transport.radius(a)
-    assert 0.05 * (np.pi * np.floor(24 / np.pi)) ** 2 * 0.999 <= rho <= 0.05 * 24**2
+    assert 0.05 * (11 * np.pi) ** 2 <= transport.radius(a) <= 0.05 * (12 * np.pi) ** 2
 
 
 SMALL = ["method=teng_rk4", "grid=12", "eval_grid=24", "progress=false", *CHEAP_FIT]
