@@ -30,6 +30,7 @@ from teng_eq.errors import ConfigError, bad
 from teng_eq.jobs.resources import check_memory
 from teng_eq.run.config import SHORTHANDS, RunConfig
 from teng_eq.search.space import SWEEPER_TARGET, Space, check_options, parse_space
+from teng_eq.search.study import busy, check_storage, default_storage, is_busy, study_name
 from teng_eq.tracking.store import check_store, default_tracking_uri
 
 #: ``hydra.sweeper._target_`` of Hydra's basic sweeper (the default): lists and their products.
@@ -304,6 +305,7 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
             fixed_count = 0
             if sweeper == SWEEPER_TARGET:  # a frontier search (teng_eq.search): the points of its space
                 space = search_space(parser, base, overrides)
+                check_study(base, space, conf_dir.parent)
                 # A user's config folder stays on every point's search path (the space holds no Hydra keys).
                 path = [o for o in overrides if o.startswith("hydra.searchpath=")]
                 jobs, fixed_count = ([[*path, *job] for job in space.check_points()],
@@ -346,6 +348,19 @@ def search_space(parser: OverridesParser, base: DictConfig, overrides: list[str]
     params = sw.get("params")
     params = OmegaConf.to_container(params, resolve=True) if params is not None else {}
     return parse_space(parser, params, arguments)
+
+
+def check_study(base: DictConfig, space: Space, root: Path) -> None:
+    """A frontier search's study: its storage one the search takes
+    (:func:`~teng_eq.search.study.check_storage`), and, in SQLite, not held by another
+    search now (SQLite takes one search at a time: the line names the recipe for many)."""
+    sw = base.hydra.sweeper
+    uri = base.get("tracking_uri") or default_tracking_uri(root)
+    storage = sw.get("storage") or default_storage(uri, root)
+    check_storage(storage)
+    name = sw.get("study") or study_name(str(base.experiment_name), space, str(sw.error), str(sw.cost))
+    if is_busy(storage, name):
+        raise ConfigError(busy(storage, name))
 
 
 @dataclasses.dataclass(frozen=True)
