@@ -57,9 +57,10 @@ def mlflow_on_postgres(postgres, tmp_path_factory):
 
 # --- (a) a parallel sweep ----------------------------------------------------------------
 
-#: Metrics that are times: equal in name and step between two runs of a job, not in value.
 def _timed(key: str) -> bool:
-    return key.endswith("_s") or key in ("heartbeat",)
+    """Whether metric ``key`` is a time or a share of one (``runtime_s``, ``tracking_fraction``):
+    equal in name and steps between two runs of a job, not in value."""
+    return key.endswith(("_s", "_fraction"))
 
 
 def _record(client: MlflowClient, run) -> dict:

@@ -205,7 +205,21 @@ def test_a_second_search_of_a_sqlite_study_is_refused_before_any_compute_naming_
         f"study 'toy' in {storage} is being searched by another process: SQLite takes one search at a "
         "time; wait for it, name another study (hydra.sweeper.study=…), or keep the study in PostgreSQL "
         f"for searches at once ({SERVER_RECIPE})")
-    assert preflight(search, CONF) == 2  # once it is free
+
+
+@pytest.mark.parametrize("launcher, warned", [
+    (["hydra/launcher=joblib", "hydra.launcher.n_jobs=4"], 2),  # 2 jobs: both at once
+    (["hydra/launcher=joblib", "hydra.launcher.n_jobs=1"], 0),  # one after the other
+])
+def test_parallel_jobs_on_a_sqlite_store_are_told_of_the_server(tmp_path, capsys, launcher, warned):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert preflight(["-m", *TOY, "equation.initial_condition=sines2d", "t_final=0.08", f"tracking_uri={uri}",
+                      *launcher, "dt=0.02,0.04"], CONF) == 2
+    lines = capsys.readouterr().err.splitlines()
+    line = (f"warning: {warned} jobs at once write the SQLite store {uri}, which takes one writer at a time: "
+            "they wait for each other's writes; for many writers use a PostgreSQL-backed mlflow server "
+            f"({SERVER_RECIPE})")
+    assert lines == ([line] if warned else [])
 
 
 @pytest.mark.parametrize("storage, why", [

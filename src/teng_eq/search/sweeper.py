@@ -28,7 +28,7 @@ MLflow hold the same trials.
 search that asked it (user attributes ``owner``: its process, and ``mlflow_parent``:
 its parent run); it is an orphan, taken over (in a turn) and settled as above, only
 when that search is gone: its parent run ended, or is stale (its process dead, or its
-heartbeat old: :func:`~teng_eq.tracking.run_alive`).
+heartbeat old: :func:`~teng_eq.tracking.store.run_alive`).
 
 The class is registered with Hydra from ``hydra_plugins.teng_eq_frontier`` (Hydra
 loads plugins from that package only). A Hydra importer (its ``Sweeper`` API) that
