@@ -52,7 +52,7 @@ def mlflow_on_postgres(postgres, tmp_path_factory):
     server = Server(tmp_path_factory.mktemp("pg-mlflow"), backend=postgres.database("mlflow"))
     server.start()
     yield server
-    server.stop()
+    server.stop(grace_s=5)  # its store is PostgreSQL's: nothing to flush, and uvicorn lingers on SIGTERM
 
 
 # --- (a) a parallel sweep ----------------------------------------------------------------

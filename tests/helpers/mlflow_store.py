@@ -88,12 +88,13 @@ class Server:
             assert time.monotonic() < deadline, "mlflow server did not start in 180 s"
             time.sleep(0.3)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 30) -> None:
+        """SIGTERM, then SIGKILL after ``grace_s`` seconds."""
         if self.proc is None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
