@@ -1,0 +1,118 @@
+"""``devices``: TENG's fits split over local devices (teng_eq.fit.mesh).
+
+The refusals run here (one line each, before any compute); the split itself in a process
+whose CPU is forced into 2 devices (helpers/sharded.py): θ₀, θ after 10 steps and every
+per-step metric of heat 2-D (TENG-Heun) and of the wave system against the one-device run,
+and the compiled stage's collectives (slow: each compiles the programs twice)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers.configs import CHEAP_FIT, ROOT, SINES32, compose_conf, make_config
+from helpers.processes import job_env
+from omegaconf import OmegaConf
+
+from teng_eq.errors import ConfigError
+from teng_eq.fit.mesh import check_devices, point_mesh
+from teng_eq.jobs.job import config_hash
+
+#: The agreement asked of a split run with the one-device run (relative, in the norm of the
+#: whole vector): the sums over points run in another order, so last bits differ.
+AGREE = 1e-12
+
+
+@pytest.mark.parametrize("value", [0, -1, "two", 1.5, True])
+def test_devices_must_be_a_positive_integer_or_all(value):
+    with pytest.raises(ConfigError, match=r"devices=.*must be a positive integer or 'all'"):
+        check_devices(value)
+    assert check_devices("all") == "all" and check_devices(3) == 3
+
+
+def test_more_devices_than_the_process_has_is_one_line():
+    # This process has one CPU device (the suite forces none).
+    assert point_mesh(1) is None and point_mesh("all") is None
+    with pytest.raises(ConfigError, match=r"devices=2: more than the 1 local device\(s\)"):
+        point_mesh(2)
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    (["method=tdvp_rk4"], r"devices=2: method tdvp_rk4 runs on one device"),
+    (["solver=svd"], r"config: solver='svd': devices=2 needs cholesky"),
+    (["fit.solver=qr"], r"config: fit.solver='qr': devices=2 needs cholesky"),
+])
+def test_what_cannot_be_split_is_refused(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        make_config(*SINES32, "devices=2", *overrides)
+
+
+def test_one_device_keeps_the_config_hash():
+    resolved = OmegaConf.to_container(compose_conf(SINES32), resolve=True)
+    assert resolved["devices"] == 1
+    without = {k: v for k, v in resolved.items() if k != "devices"}
+    assert config_hash(resolved) == config_hash(without)
+    assert config_hash({**resolved, "devices": 2}) != config_hash(resolved)
+    assert make_config(*SINES32).problem.devices == 1
+
+
+def split_run(tmp_path, case: str, *overrides: str) -> dict:
+    """helpers/sharded.py's ``case`` in a process of 2 CPU devices: its JSON summary."""
+    out = tmp_path / f"{case}.json"
+    env = job_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run([sys.executable, "-m", "helpers.sharded", case, str(out), *overrides],
+                          cwd=ROOT / "tests", env=env, capture_output=True, text=True, timeout=1800,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def relative(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(a))
+
+
+@pytest.mark.slow
+def test_the_compiled_stage_splits_rows_and_sums_once_per_iteration(tmp_path):
+    s = split_run(tmp_path, "hlo")
+    assert s["devices"] == 2 and s["points"] == 256
+    # Points split along their rows, the Jacobian factors along their columns (points).
+    assert "{devices=[2,1]<=[2]}" in s["lowered_shardings"]
+    assert "{devices=[1,2]<=[2]}" in s["lowered_shardings"]
+    # The stage's iterations: the one while body with collectives. In it one all-reduce of the
+    # k × (k+1) normal equations [JᵀJ | Jᵀr] (k = 30 drawn), one of the two scalar losses.
+    loops = {b: shapes for b, shapes in s["while_all_reduces"].items() if shapes}
+    assert len(loops) == 1, loops
+    (shapes,) = loops.values()
+    assert sorted(shapes) == sorted(["f64[30,31]{0,1}", "(f64[], f64[])"]), shapes
+    assert "devices=2: does not divide the 257 points of grid=test" in s["refused"]
+
+
+def assert_agrees(s: dict) -> None:
+    one, two = s["1"], s["2"]
+    assert relative(one["theta0"], two["theta0"]) < AGREE
+    assert relative(one["theta"], two["theta"]) < AGREE
+    assert one["metrics"].keys() == two["metrics"].keys()
+    for name, values in one["metrics"].items():
+        a, b = np.asarray(values, np.float64), np.asarray(two["metrics"][name], np.float64)
+        assert a.shape == (10,) and np.array_equal(np.isnan(a), np.isnan(b)), name
+        finite = ~np.isnan(a)
+        assert np.all(np.abs(a - b)[finite] <= AGREE * np.abs(a)[finite] + 1e-300), (name, a, b)
+
+
+@pytest.mark.slow
+def test_heat_split_over_two_devices_agrees_with_one(tmp_path):
+    s = split_run(tmp_path, "runs", *SINES32, *CHEAP_FIT, "method=teng_heun", "dt=0.005", "t_final=0.05")
+    assert_agrees(s)
+    assert max(s["1"]["rel_l2"]) < 1e-3  # a run that solved heat, not two equal failures
+
+
+@pytest.mark.slow
+def test_wave_system_split_over_two_devices_agrees_with_one(tmp_path):
+    s = split_run(tmp_path, "runs", "equation=wave", *CHEAP_FIT, "eval_grid=32", "dt=0.005",
+                  "t_final=0.05")
+    assert_agrees(s)
+    assert max(s["1"]["rel_l2"]) < 1e-2
