@@ -91,28 +91,41 @@ def test_the_compiled_stage_splits_rows_and_sums_once_per_iteration(tmp_path):
     assert "devices=2: does not divide the 257 points of grid=test" in s["refused"]
 
 
-def assert_agrees(s: dict) -> None:
+def assert_agrees(s: dict, tol: float) -> None:
+    """θ, û on the error grid and every per-step metric of the split run within ``tol``
+    (relative) of the one-device run's, both from one θ₀; θ₀ fitted split within ``tol`` too."""
     one, two = s["1"], s["2"]
-    assert relative(one["theta0"], two["theta0"]) < AGREE
-    assert relative(one["theta"], two["theta"]) < AGREE
-    assert one["metrics"].keys() == two["metrics"].keys()
+    assert relative(one["theta"], two["theta"]) < tol
+    assert relative(one["u"], two["u"]) < tol
+    assert one["metrics"].keys() == two["metrics"].keys() and "step_loss" in one["metrics"]
     for name, values in one["metrics"].items():
         a, b = np.asarray(values, np.float64), np.asarray(two["metrics"][name], np.float64)
         assert a.shape == (10,) and np.array_equal(np.isnan(a), np.isnan(b)), name
         finite = ~np.isnan(a)
-        assert np.all(np.abs(a - b)[finite] <= AGREE * np.abs(a)[finite] + 1e-300), (name, a, b)
+        assert np.all(np.abs(a - b)[finite] <= tol * np.abs(a)[finite] + 1e-300), (name, a, b)
+    theta0 = s["theta0"]
+    assert relative(theta0["1"]["theta"], theta0["2"]["theta"]) < tol
+    assert relative(theta0["1"]["u"], theta0["2"]["u"]) < tol
+
+
+#: Damping of every least squares in the comparisons: at the default (1e-7, θ₀'s 1e-8) the
+#: damped normal matrix has a condition number up to ~1e14, and the sums' other order
+#: (round-off, 1e-16) moves θ along its near-null directions by up to 1e-2 of an update
+#: (one iteration: θ 3e-7, û 2e-8 apart); at 1e-4 the same split agrees to round-off.
+CONDITIONED = ["damping=1e-4", "fit.damping=1e-4"]
 
 
 @pytest.mark.slow
 def test_heat_split_over_two_devices_agrees_with_one(tmp_path):
-    s = split_run(tmp_path, "runs", *SINES32, *CHEAP_FIT, "method=teng_heun", "dt=0.005", "t_final=0.05")
-    assert_agrees(s)
+    s = split_run(tmp_path, "runs", *SINES32, *CHEAP_FIT, *CONDITIONED, "method=teng_heun", "dt=0.005",
+                  "t_final=0.05")
+    assert_agrees(s, AGREE)
     assert max(s["1"]["rel_l2"]) < 1e-3  # a run that solved heat, not two equal failures
 
 
 @pytest.mark.slow
 def test_wave_system_split_over_two_devices_agrees_with_one(tmp_path):
-    s = split_run(tmp_path, "runs", "equation=wave", *CHEAP_FIT, "eval_grid=32", "dt=0.005",
+    s = split_run(tmp_path, "runs", "equation=wave", *CHEAP_FIT, *CONDITIONED, "eval_grid=32", "dt=0.005",
                   "t_final=0.05")
-    assert_agrees(s)
+    assert_agrees(s, AGREE)
     assert max(s["1"]["rel_l2"]) < 1e-2

@@ -16,11 +16,13 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 
+import functools  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 
+import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -31,7 +33,8 @@ from teng_eq.errors import ConfigError  # noqa: E402
 from teng_eq.fit.mesh import point_mesh  # noqa: E402
 from teng_eq.fit.stage import StageSolver  # noqa: E402
 from teng_eq.network.space import ParamSpace  # noqa: E402
-from teng_eq.run.simulation import run_simulation  # noqa: E402
+from teng_eq.run import simulation  # noqa: E402
+from teng_eq.run.simulation import build_method, run_simulation  # noqa: E402
 
 #: The tiny stage of the ``hlo`` case: 105 parameters, 40 then 30 drawn, 3 iterations.
 TINY_NET = ["equation.initial_condition=sines2d", "grid=16", "eval_grid=16", "network.width=8",
@@ -80,23 +83,40 @@ def hlo_case() -> dict:
 
 
 def runs_case(overrides: list[str]) -> dict:
+    """The run with ``devices=1`` and ``=2``, both from the θ₀ fitted on one device (so that the
+    steps alone are compared), and θ₀ fitted on 2 devices against it."""
     out = {}
     with tempfile.TemporaryDirectory() as cache:
+        one = make_config(*overrides, "devices=1")
+        first = build_method(one, cache_dir=cache)
+        theta0 = first.theta0
         for devices in (1, 2):
-            result = run_simulation(make_config(*overrides, f"devices={devices}"), cache_dir=cache)
-            method_theta = ravel_pytree(result.network)[0]
-            out[devices] = {"theta": np.asarray(method_theta).tolist(),
+            cfg = make_config(*overrides, f"devices={devices}")
+            simulation.build_method = functools.partial(from_theta0, theta0=theta0)
+            try:
+                result = run_simulation(cfg, cache_dir=cache)
+            finally:
+                simulation.build_method = build_method
+            net = result.network
+            space = ParamSpace(net)
+            points = cfg.equation.evaluation(cfg.eval_grid).points
+            out[devices] = {"theta": np.asarray(ravel_pytree(net)[0]).tolist(),
+                            "u": np.asarray(space.apply(space.flatten(net), points)).tolist(),
                             "metrics": {k: np.asarray(v).tolist() for k, v in result.metrics.items()},
-                            "fit_loss": result.fit_report.stage2_loss,
                             "rel_l2": None if result.rel_l2 is None else np.asarray(result.rel_l2).tolist()}
-            out[devices]["theta0"] = np.asarray(theta0_of(overrides, devices, cache)).tolist()
+        fitted = build_method(make_config(*overrides, "devices=2"), cache_dir=cache)
+        space = ParamSpace(fitted.space.static_network())
+        points = one.equation.evaluation(one.eval_grid).points
+        out["theta0"] = {devices: {
+            "theta": np.asarray(m.theta0).tolist(), "u": np.asarray(space.apply(m.theta0, points)).tolist(),
+            "loss": m.report.stage2_loss} for devices, m in (("1", first), ("2", fitted))}
     return out
 
 
-def theta0_of(overrides: list[str], devices: int, cache: str):
-    """θ₀ of the run (from the cache its run just filled: no second fit)."""
-    cfg = make_config(*overrides, f"devices={devices}")
-    return cfg.method.cls.build(cfg.method.options, cfg.problem, cache_dir=cache).theta0
+def from_theta0(cfg, *, theta0, **kw):
+    """The run's method, started from ``theta0`` (fitted once on one device)."""
+    method = build_method(cfg, **kw)
+    return eqx.tree_at(lambda m: m.theta0, method, theta0)
 
 
 def main(argv: list[str]) -> int:

@@ -77,6 +77,11 @@ class PointMesh:
         programs take their inputs so."""
         return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec()))
 
+    def everywhere(self, tree):
+        """``tree``'s arrays annotated as whole on every device (inside a traced program: the state a
+        step returns, which the next step takes as :meth:`replicated` gives it)."""
+        return jax.lax.with_sharding_constraint(tree, NamedSharding(self.mesh, PartitionSpec()))
+
     def gram_and_rhs(self, blocks: Sequence[Float[Array, "_ rows"]], b: Float[Array, " rows"],
                      gram: Callable) -> tuple[Float[Array, "cols cols"], Float[Array, " cols"]]:
         """``(AᵀA, Aᵀb)`` for ``Aᵀ`` given as row blocks split along their point axis: each device's

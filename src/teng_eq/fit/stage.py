@@ -209,6 +209,10 @@ class StageSolver(eqx.Module):
         """``x`` split over the mesh along its point ``axis`` (as it is on one device)."""
         return x if self.mesh is None else self.mesh.rows(x, axis)
 
+    def placed(self, theta: Float[Array, " params"]) -> Float[Array, " params"]:
+        """θ on every device of the mesh, as the fits return it (on one device: θ)."""
+        return theta if self.mesh is None else self.mesh.replicated(theta)
+
     def values(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
         """What the fits fit: û on the nodes (αû + β∂ₙû on flux rows: one forward
         derivative there, no Jacobian factors)."""

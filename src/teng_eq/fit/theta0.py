@@ -282,9 +282,8 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
 
 
 def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
-        fit: FitOptions, log: Callable[[object], None] | None = None,
-        move: Callable | None = None, mesh: PointMesh | None = None
-) -> tuple[Float[Array, " params"], FitReport]:
+        fit: FitOptions, log: Callable[[object], None] | None = None, mesh: PointMesh | None = None,
+        move: Callable | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """Two-stage fit of ``net`` to ``u0`` on ``quadrature`` (no cache); stage 2's least
     squares are ``fit.solver`` and ``fit.damping``. Returns ``(θ₀, report)``.
 
@@ -292,8 +291,7 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     moved by it (:func:`fresh_points`; the sampled box's ``fresh``); stage 1 keeps them:
     it only brings θ near u₀ for stage 2. Stage 2 fits the rows the steps fit: on a box's
     flux rows αu₀ + β∂ₙu₀ (:class:`~teng_eq.domains.quadrature.FluxRows`), so that θ₀ meets
-    a Neumann or Robin side as a step's fit does. With ``mesh``, both stages run on the points
-    split over its devices (:mod:`teng_eq.fit.mesh`)."""
+    a Neumann or Robin side as a step's fit does; ``mesh``: on the points split over its devices."""
     space = ParamSpace(net)
     solver = StageSolver(space, quadrature, fit.solver, fit.damping, mesh=mesh)
     points = solver.points
@@ -322,7 +320,7 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
 
     t0 = time.perf_counter()
     theta, loss1, _ = levenberg_marquardt(
-        residual1, jacobian1, space.flatten(net), solver.weight, key=k1,
+        residual1, jacobian1, solver.placed(space.flatten(net)), solver.weight, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
         max_iters=fit.stage1_max_iters, patience=fit.stage1_patience, log=log,
         label="θ₀ stage 1 (value+gradient)",

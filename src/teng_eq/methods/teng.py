@@ -173,6 +173,13 @@ class TENG(ThetaMethod):
         return self.advance.solver.on_mesh(super().values(state, self.advance.solver.on_mesh(points), t))
 
     def step(self, state, key: PRNGKeyArray, inputs: StepInputs) -> tuple[object, StepRecord]:
+        mesh = self.advance.solver.mesh
+        if mesh is None:
+            return self._step(state, key, inputs)
+        new, record = self._step(state, key, inputs)
+        return mesh.everywhere(new), record  # as init() placed it: the next step's input
+
+    def _step(self, state, key: PRNGKeyArray, inputs: StepInputs) -> tuple[object, StepRecord]:
         dt = self.advance.dt if inputs.dt is None else inputs.dt
         if not isinstance(state, Extrapolating):
             return self.advance(state, key, dt, inputs.expected, t=inputs.start)
