@@ -22,7 +22,7 @@ from teng_eq.fit.mesh import check_devices, point_mesh
 from teng_eq.jobs.job import config_hash
 
 #: The agreement asked of a split run with the one-device run (relative, in the norm of the
-#: whole vector): the sums over points run in another order, so last bits differ.
+#: whole vector, of û): the sums over points run in another order, so last bits differ.
 AGREE = 1e-12
 
 
@@ -91,21 +91,41 @@ def test_the_compiled_stage_splits_rows_and_sums_once_per_iteration(tmp_path):
     assert "devices=2: does not divide the 257 points of grid=test" in s["refused"]
 
 
-def assert_agrees(s: dict, tol: float) -> None:
-    """θ, û on the error grid and every per-step metric of the split run within ``tol``
-    (relative) of the one-device run's, both from one θ₀; θ₀ fitted split within ``tol`` too."""
+def bounds(metrics: dict, tol: float) -> dict:
+    """How far each per-step metric may move when the fields move by ``tol``·‖û‖ in L² (what the
+    other order of the sums does): a norm of a field by that (``u_l2`` the scale), a squared
+    one (a loss, ``L = ‖r‖²``) by 2√L times it, a ratio of losses by the sum of their relative
+    moves, a relative error (``rel_l2``) and what counts (iterations, events) by ``tol`` itself."""
+    u = np.asarray(metrics["u_l2"], np.float64)
+    out = {name: tol * np.maximum(np.abs(np.asarray(v, np.float64)), 1.0) for name, v in metrics.items()}
+    for name in ("u_l2", "local_error", "defect_l2", "trapezoid_l2"):
+        if name in metrics:
+            out[name] = tol * u
+    for name in ("step_loss", "holdout_loss"):
+        out[name] = 2 * np.sqrt(np.asarray(metrics[name], np.float64)) * tol * u
+    ratio, held, loss = (np.asarray(metrics[k], np.float64)
+                         for k in ("holdout_ratio", "holdout_loss", "step_loss"))
+    out["holdout_ratio"] = ratio * (out["holdout_loss"] / held + out["step_loss"] / loss)
+    return out
+
+
+def assert_agrees(s: dict, theta_tol: float) -> None:
+    """The split run against the one-device run, both from one θ₀: û on the error grid within
+    :data:`AGREE` (relative), every per-step metric within its :func:`bounds`, θ within
+    ``theta_tol``; θ₀ fitted split against θ₀ fitted on one device likewise."""
     one, two = s["1"], s["2"]
-    assert relative(one["theta"], two["theta"]) < tol
-    assert relative(one["u"], two["u"]) < tol
+    assert relative(one["u"], two["u"]) < AGREE
+    assert relative(one["theta"], two["theta"]) < theta_tol
     assert one["metrics"].keys() == two["metrics"].keys() and "step_loss" in one["metrics"]
+    allowed = bounds(one["metrics"], AGREE)
     for name, values in one["metrics"].items():
         a, b = np.asarray(values, np.float64), np.asarray(two["metrics"][name], np.float64)
         assert a.shape == (10,) and np.array_equal(np.isnan(a), np.isnan(b)), name
         finite = ~np.isnan(a)
-        assert np.all(np.abs(a - b)[finite] <= tol * np.abs(a)[finite] + 1e-300), (name, a, b)
+        assert np.all(np.abs(a - b)[finite] <= allowed[name][finite]), (name, a, b)
     theta0 = s["theta0"]
-    assert relative(theta0["1"]["theta"], theta0["2"]["theta"]) < tol
-    assert relative(theta0["1"]["u"], theta0["2"]["u"]) < tol
+    assert relative(theta0["1"]["u"], theta0["2"]["u"]) < AGREE
+    assert relative(theta0["1"]["theta"], theta0["2"]["theta"]) < theta_tol
 
 
 #: Damping of every least squares in the comparisons: at the default (1e-7, θ₀'s 1e-8) the
@@ -113,13 +133,16 @@ def assert_agrees(s: dict, tol: float) -> None:
 #: (round-off, 1e-16) moves θ along its near-null directions by up to 1e-2 of an update
 #: (one iteration: θ 3e-7, û 2e-8 apart); at 1e-4 the same split agrees to round-off.
 CONDITIONED = ["damping=1e-4", "fit.damping=1e-4"]
+#: θ's agreement there: θ moves by cond·ε along the directions û barely sees (heat: 5.0e-12
+#: after 10 steps while û agrees to 6e-15).
+THETA = 1e-10
 
 
 @pytest.mark.slow
 def test_heat_split_over_two_devices_agrees_with_one(tmp_path):
     s = split_run(tmp_path, "runs", *SINES32, *CHEAP_FIT, *CONDITIONED, "method=teng_heun", "dt=0.005",
                   "t_final=0.05")
-    assert_agrees(s, AGREE)
+    assert_agrees(s, THETA)
     assert max(s["1"]["rel_l2"]) < 1e-3  # a run that solved heat, not two equal failures
 
 
@@ -127,5 +150,5 @@ def test_heat_split_over_two_devices_agrees_with_one(tmp_path):
 def test_wave_system_split_over_two_devices_agrees_with_one(tmp_path):
     s = split_run(tmp_path, "runs", "equation=wave", *CHEAP_FIT, *CONDITIONED, "eval_grid=32", "dt=0.005",
                   "t_final=0.05")
-    assert_agrees(s, AGREE)
+    assert_agrees(s, THETA)
     assert max(s["1"]["rel_l2"]) < 1e-2
