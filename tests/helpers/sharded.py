@@ -76,7 +76,9 @@ def hlo_case() -> dict:
         refused = ""
     except ConfigError as err:
         refused = str(err)
-    return {"lowered_shardings": sorted(set(re.findall(r'mhlo.sharding = "([^"]*)"', lowered.as_text()))),
+    text = lowered.as_text()  # Shardy's annotations (jax's default), or GSPMD's where it is chosen
+    shardy = re.findall(r"sdy.sharding_constraint %\S+ <@\w+, (\[[^>]*\])>", text)
+    return {"lowered_shardings": sorted(set(shardy + re.findall(r'mhlo.sharding = "([^"]*)"', text))),
             "while_all_reduces": {b: all_reduces(comps[b]) for b in bodies},
             "points": int(quadrature.points.shape[0]), "params": space.size, "refused": refused,
             "devices": len(jax.devices())}
