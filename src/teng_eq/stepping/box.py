@@ -170,7 +170,8 @@ class BoxSolve(eqx.Module):
         the fit quadrature's side rows in order)."""
         per_side, out = self.size // self.shape[0], jnp.zeros(self.shape, data.dtype)
         others = self.shape[1:]
-        ends = {(axis, end): data[start : start + per_side].reshape(others) for axis, end, start in self.sides}
+        ends = {(axis, end): data[start : start + per_side].reshape(others)
+                for axis, end, start in self.sides}
         for d, K in enumerate(self.lifts):
             if K is not None:
                 g = jnp.stack([ends[(d, 0)], ends[(d, 1)]])  # (2, the other axes' nodes)
