@@ -24,7 +24,7 @@ class ImplicitTENG(TENG):
     """TENG with a diagonally implicit (``beuler``, ``cn``, ``sdirk2``, ``sdirk3``, ``sdirk4``) or IMEX
     (``imex_euler``, ``ars222``) ``integrator`` (:data:`teng_eq.stepping.tableau.DIRK_TABLEAUS`)."""
 
-    systems = False  # its stages' function-space steps act on one field's Fourier grid
+    systems = False  # its stages' function-space steps act on one field's grid (Fourier, or a box's nodes)
 
     @dataclasses.dataclass(frozen=True)
     class Options(TENG.Options):
