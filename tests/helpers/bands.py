@@ -102,6 +102,10 @@ on the global error, the ratio that test judges (it used to accept [0.5, 20], un
 test_own_pde.py's examples 1.52–2.02 per step, 1.52–1.77 global; test_line.py 1.00;
 test_user_functions.py's KPZ 1.44–1.52 and test_schrodinger.py 1.42–1.57 (every step);
 test_reaction_diffusion.py's Brusselator preset 1.02–1.57 (795 steps).
+Boxes with sides (the transport in the box's own modes, teng_eq.estimate.box; 2026-12-02,
+a7d3b91, the 2-core machine; TENG-RK4, grid 24, t = 0.1): the Dirichlet square 1.38–1.43,
+Neumann 1.69–1.84, moving Dirichlet data 1.49–1.54, the Robin line 1.53
+(docs/guides/boundaries.md, "What runs on a box"); test_box_estimate.py at 12² nodes below.
 claims.md's "1.24–3.14" for the periodic equations spans both estimates: the 3.14 is
 ``embedded``'s on the rectangle (EMBEDDED).""")
 

@@ -72,6 +72,12 @@ class BoundedBox(Equation):
 
         return sides_of(self.boundary, len(self.lengths), prefix, data)
 
+    def homogeneous(self) -> bool:
+        """Whether every bounded side holds zero Dirichlet or zero Neumann data (the sides the
+        series references take)."""
+        return all(p.kind in ("dirichlet", "neumann") and not callable(p.value) and p.value == 0.0
+                   for p in self.domain.boundary)
+
     @property
     def domain(self) -> BoxDomain:
         return BoxDomain(self.origin, self.lengths, self._parts(), self.boundary_weight)

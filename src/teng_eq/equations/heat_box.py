@@ -56,9 +56,7 @@ class HeatBox(BoundedBox, LinearHeat):
     def reference_scheme(self):
         if type(self).solution is not Equation.solution:
             return ClosedForm()
-        homogeneous = all(p.kind in ("dirichlet", "neumann") and not callable(p.value) and p.value == 0.0
-                          for p in self.domain.boundary)
-        return EigenSeries() if homogeneous else None
+        return EigenSeries() if self.homogeneous() else None
 
 
 class HeatWaves(HeatBox):

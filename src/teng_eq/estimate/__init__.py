@@ -9,7 +9,7 @@ and their slopes f = L[û]), and u the exact solution. The error e = p − u obe
 
 and, to first order in e, ∂ₜe = L′[û] e + δ with L′[û] the linearised operator.
 
-**transport** (the default on a periodic box): e is carried as a field on the held-out
+**transport** (the default on a periodic box and a box with sides): e is carried as a field on the held-out
 grid and advanced through L′[û] itself (:class:`~teng_eq.estimate.transport.Transport`), so
 that every mode decays or grows at its own rate. L′[û] = Σ_α a_α(x) ∂^α is a differential operator of the
 equation's order; its coefficients a_α at the points come from one forward-mode
@@ -65,10 +65,13 @@ exact: u₀ is known. The estimate is ``est_rel_l2 = E_n / ‖û_n‖``.
 What it is not: a proof. ``transport`` is a first-order model of the error, not a
 bound; the one-sided bound of the others is rigorous on the periodic box (see the
 equations), but ‖∫δ‖ ≤ ∫‖δ‖ and both quadratures (Simpson in time, held-out points in
-space) are approximations, and μ is sampled at the step ends. Off a periodic box (the
-disk) ``transport`` computes ``hermite``.
+space) are approximations, and μ is sampled at the step ends. On a box with sides
+``transport`` runs in the box's own modes instead of the Fourier ones: each axis's
+eigenfunctions of ∂ₓ² under the homogeneous form of its sides' conditions (sines,
+cosines, Robin's; :class:`~teng_eq.estimate.box.BoxTransport`). Elsewhere off a periodic
+box (the disk, sampled points, a system on a box) ``transport`` computes ``hermite``.
 
 The package: a step's local terms (:mod:`.defect`), the error carried through the
-linearised operator (:mod:`.transport`) and the estimate advanced step by step on the host
-(:mod:`.running`).
+linearised operator (:mod:`.transport`; on a box with sides, :mod:`.box`) and the estimate
+advanced step by step on the host (:mod:`.running`).
 """

@@ -14,8 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from teng_eq.domains.bounded import BoxDomain
 from teng_eq.domains.quadrature import Quadrature, norm2
 from teng_eq.equations import Equation, Field, derivatives, operator
+from teng_eq.estimate.box import BoxTransport
 from teng_eq.estimate.transport import SystemTransport, Transport
 from teng_eq.network.space import ParamSpace
 
@@ -52,7 +54,8 @@ class Defect(eqx.Module):
     fields ∇f, Δf of both ends; any other from L applied to p(½) as a function, which
     needs both ends' θ. Where the equation declares no growth rate, each end's fields
     carry μ measured there (``modes``: :func:`measured_growth_rate`'s basis); under
-    ``transport`` (a periodic grid) the coefficients of L′[û] instead (:class:`Transport`),
+    ``transport`` (a periodic grid, or a box with sides: :func:`boxed`) the coefficients of L′[û] instead
+    (:class:`Transport`, :class:`~teng_eq.estimate.box.BoxTransport`),
     ``resolved`` the shape of the fit's grid (the wave numbers a step must be stable on).
     A system always carries its :class:`SystemTransport` (its μ, under the other kinds, is the
     largest logarithmic norm of Λ: a measured μ reads a scalar field); ``region``: the
@@ -64,7 +67,7 @@ class Defect(eqx.Module):
     points: Float[Array, "n dim"]
     weights: Float[Array, " n"]
     modes: Float[Array, "modes dim+1"] | None
-    transport: Transport | None
+    transport: Transport | BoxTransport | None
     hermite: bool = eqx.field(static=True)
     short: bool = eqx.field(static=True)
 
@@ -84,6 +87,9 @@ class Defect(eqx.Module):
             equation.periods, quadrature.grid_shape, equation.order, len(equation.components), resolved,
             region
         ) if system else Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region)
+        if kind == "transport" and not system and boxed(equation):  # the box's own modes
+            self.transport = BoxTransport(equation.domain, quadrature.points, weights, equation.order,
+                                          resolved, region)
         declared = type(equation).growth_rate is not Equation.growth_rate
         self.modes = None if declared or self.transport else fourier_modes(equation.periods, len(self.points))
 
@@ -164,6 +170,13 @@ class Defect(eqx.Module):
             lp_half = operator(self.equation, p_half, self.points, t + dt / 2)
         defect = (end.u - start.u) - dt / 6 * (start.f + 4 * lp_half + end.f)
         return {"defect": defect}, {**scalars, "defect_l2": self.norm(defect)}
+
+
+def boxed(equation: Equation) -> bool:
+    """Whether the equation lives on a box with sides on fixed tensor-grid points, where the
+    transport runs in the box's own modes (:class:`~teng_eq.estimate.box.BoxTransport`)."""
+    domain = equation.domain
+    return isinstance(domain, BoxDomain) and not domain.fresh and bool(domain.boundary)
 
 
 def fourier_modes(periods, n_points: int) -> Float[Array, "modes dim+1"] | None:

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from jaxtyping import PyTree
 
+from teng_eq.estimate.box import BoxTransport
 from teng_eq.estimate.defect import Defect, Fields
 from teng_eq.estimate.transport import Transport
 
@@ -28,10 +29,11 @@ class ErrorEstimate:
     vector: np.ndarray
     error: float
     fields: Fields | None = None
-    transport: Transport | None = None
+    transport: Transport | BoxTransport | None = None
 
     @classmethod
-    def start(cls, kind: str, weights, e0, transport: Transport | None = None) -> ErrorEstimate:
+    def start(cls, kind: str, weights, e0,
+              transport: Transport | BoxTransport | None = None) -> ErrorEstimate:
         """From θ₀'s error ``e0`` on the points (``weights``: their quadrature)."""
         weights, e0 = np.asarray(weights, np.float64), np.asarray(e0, np.float64)
         return cls(kind, weights, e0, float(np.sqrt(np.sum(weights * e0 * e0))), transport=transport)

@@ -91,13 +91,7 @@ class Transport(eqx.Module):
         """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
         φ_α(p) = Π_i (p_i − p̄_i)^{α_i}/α_i! (p̄ = p held fixed): every derivative of φ_α at
         every point is 0 but ∂^α φ_α = 1, so the derivative along e_α is a_α itself."""
-        def lin(e):
-            def fn(p):
-                q = p - jax.lax.stop_gradient(p)
-                return u_fn(p) + sum(e[j] * _monomial(q, a) for j, a in enumerate(self.alphas))
-            return equation.operator(Field(fn, points), t)
-
-        return jax.jacfwd(lin)(jnp.zeros(len(self.alphas), points.dtype)).T
+        return linear_coefficients(equation, u_fn, points, t, self.alphas)
 
     def symbol(self, a: Float[Array, "alphas n"]):
         """Λ(k) = Σ_α ⟨a_α⟩ (ik)^α on the grid's wave numbers, and the rest a_α − ⟨a_α⟩
@@ -131,9 +125,27 @@ class Transport(eqx.Module):
         lam, rest = self.symbol(np.asarray(a, np.float64))
         e_hat = self._fft(e)
         z = h * lam
-        phi1 = np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
-        new = np.exp(z) * e_hat + phi1 * (h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect))
+        new = np.exp(z) * e_hat + phi1(z) * (h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect))
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
+
+
+def phi1(z: np.ndarray) -> np.ndarray:
+    """φ₁(z) = (e^z − 1)/z, 1 + z/2 near 0 (complex or real z, on the host)."""
+    return np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
+
+
+def linear_coefficients(equation: Equation, u_fn: Callable, points, t,
+                        alphas: tuple[tuple[int, ...], ...]) -> Float[Array, "alphas n"]:
+    """a_α(x) of L′[û] = Σ_α a_α ∂^α at the points: the derivative of L[û + Σ e_α φ_α] in e,
+    with φ_α(p) = Π_i (p_i − p̄_i)^{α_i}/α_i! (p̄ = p held fixed): every derivative of φ_α at
+    every point is 0 but ∂^α φ_α = 1, so the derivative along e_α is a_α itself."""
+    def lin(e):
+        def fn(p):
+            q = p - jax.lax.stop_gradient(p)
+            return u_fn(p) + sum(e[j] * _monomial(q, a) for j, a in enumerate(alphas))
+        return equation.operator(Field(fn, points), t)
+
+    return jax.jacfwd(lin)(jnp.zeros(len(alphas), points.dtype)).T
 
 
 def _monomial(q, a):
