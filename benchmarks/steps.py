@@ -98,6 +98,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (3 for slow ones)")
     ap.add_argument("--naive-rounds", type=int, default=3)
     ap.add_argument("--paper", action="store_true", help="also time a paper-size step (512², 1536/1024)")
+    ap.add_argument("--devices", default=None,
+                    help="also time the paper-size step with this devices setting (all, or N: its points "
+                         "split over the local devices; needs solver=cholesky)")
     ap.add_argument("--skip-table", action="store_true", help="only the step comparison (and --paper)")
     ap.add_argument("--cube-dims", type=int, nargs="*", default=[],
                     help="also time a whole step of heat_cube at its preset sizes in each of these "
@@ -205,6 +208,30 @@ def time_paper_step(method: TENG, cfg: RunConfig, theta, key) -> tuple[dict, dic
     return {"variant": "default", "grid": "512²", "step_s": step_s, "final_loss": loss}, row(512, timings)
 
 
+def time_sharded_paper_step(devices: str, method: TENG, cfg: RunConfig, theta, key) -> dict:
+    """Time the paper-size step (512², 1536/1024) with ``devices`` (``all`` or N: its points split over
+    the local devices, :mod:`teng_eq.fit.mesh`); print it, return its step row."""
+    value = devices if devices == "all" else int(devices)
+    sharded = dataclasses.replace(cfg, devices=value)
+    sharded.validate()
+    o = cfg.method.options
+    step = step_at(method, sharded, 512, o.solver, 1536, 1024)
+    mesh = step.solver.mesh
+    count = 1 if mesh is None else mesh.size
+    print(f"\n## Paper-size step, devices={devices} ({count} {jax.local_devices()[0].platform} "
+          f"device(s)): grid 512², subsample 1536/1024, TENG-{o.integrator} {o.iters}+{o.iters_later}, "
+          f"{o.solver}")
+    theta = theta if mesh is None else mesh.replicated(theta)
+    t0 = time.perf_counter()
+    fn = timing.compiled_step(step, theta, key)
+    compile_s = time.perf_counter() - t0
+    step_s = timing.median_seconds(fn, theta, key, repeats=3)
+    loss = float(fn(theta, key)[1].metrics["step_loss"])
+    print(f"one step: {step_s:.2f} s (median of 3, compile {compile_s:.1f} s) on {count} device(s), final "
+          f"loss {loss:.2e}; projected {PAPER_STEPS} steps: {PAPER_STEPS * step_s / 3600:.2f} h", flush=True)
+    return {"variant": f"devices={devices} ({count})", "grid": "512²", "step_s": step_s, "final_loss": loss}
+
+
 def time_cube_steps(args: argparse.Namespace, key) -> list[dict]:
     """Time a whole step of heat_cube in each of ``--cube-dims``' dimensions; print and return the rows."""
     cube_rows = []
@@ -300,6 +327,8 @@ def main(argv=None) -> int:
         paper_step, paper_iteration = time_paper_step(method, cfg, theta, key)
         step_rows.append(paper_step)
         rows.append(paper_iteration)
+    if args.devices is not None:
+        step_rows.append(time_sharded_paper_step(args.devices, method, cfg, theta, key))
 
     cube_rows = time_cube_steps(args, key) if args.cube_dims else []
     system_rows = time_systems(args, cfg, key) if args.systems else []

@@ -2,6 +2,7 @@
 
     python pipeline/bench.py                 # the table, ≤ 10 min on 2 cores
     python pipeline/bench.py --paper         # also a paper-size step (512², 1536/1024)
+    python pipeline/bench.py --skip-table --paper --devices all   # … and the same step on every local device
     python pipeline/bench.py --mlflow        # also log the tables as an MLflow run
     python pipeline/bench.py --skip-table --cube-dims 4 6 8 10   # also a step on the d-cube, per d
     python pipeline/bench.py -- stopping=fixed damping=1e-6   # conf/ overrides

@@ -11,6 +11,11 @@ import os
 # process ended at 5.43986e-5, the same run through sweep.py at 5.44085e-5), and README's
 # test command does not set it. .ci/run exports it too.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# MLflow's telemetry (set up when mlflow is imported) unsets a variable of os.environ from a
+# thread of its own while requests reads os.environ for proxies: a test's first client call
+# then fails with KeyError '_MLFLOW_TELEMETRY_SESSION_ID' (seen once in tests/test_many_writers.py).
+# Off in the tests and the jobs they start (helpers.processes.job_env copies this environment).
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402

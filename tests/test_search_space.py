@@ -18,7 +18,17 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from teng_eq.errors import ConfigError
 from teng_eq.jobs.preflight import check_group_choices, preflight
 from teng_eq.search.space import baseline_params, check_options, parse_space
-from teng_eq.search.study import cheapest, default_storage, front, objective_values, study_name
+from teng_eq.search.study import (
+    SERVER_RECIPE,
+    bookkeeping_turn,
+    cheapest,
+    default_storage,
+    front,
+    objective_values,
+    open_study,
+    study_lock,
+    study_name,
+)
 
 
 def _space(params=None, *arguments):
@@ -181,6 +191,63 @@ def test_a_bad_search_is_refused_in_one_line(extra, message):
     with pytest.raises(ConfigError) as err:
         preflight(_toy_search(*extra), CONF)
     assert str(err.value) == message
+
+
+def test_a_second_search_of_a_sqlite_study_is_refused_before_any_compute_naming_the_recipe(tmp_path):
+    """SQLite takes one search at a time (measured: docs/guides/server-and-cluster.md): the
+    preflight of a search whose SQLite study another process holds says so in one line."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    search = _toy_search("dt=choice(0.004,0.008)", f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                         "hydra.sweeper.study=toy")
+    with study_lock(storage, "toy"), pytest.raises(ConfigError) as err:
+        preflight(search, CONF)
+    assert str(err.value) == (
+        f"study 'toy' in {storage} is being searched by another process: SQLite takes one search at a "
+        "time; wait for it, name another study (hydra.sweeper.study=…), or keep the study in PostgreSQL "
+        f"for searches at once ({SERVER_RECIPE})")
+
+
+@pytest.mark.parametrize("launcher, warned", [
+    (["hydra/launcher=joblib", "hydra.launcher.n_jobs=4"], 2),  # 2 jobs: both at once
+    (["hydra/launcher=joblib", "hydra.launcher.n_jobs=1"], 0),  # one after the other
+])
+def test_parallel_jobs_on_a_sqlite_store_are_told_of_the_server(tmp_path, capsys, launcher, warned):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert preflight(["-m", *TOY, "equation.initial_condition=sines2d", "t_final=0.08", f"tracking_uri={uri}",
+                      *launcher, "dt=0.02,0.04"], CONF) == 2
+    lines = capsys.readouterr().err.splitlines()
+    line = (f"warning: {warned} jobs at once write the SQLite store {uri}, which takes one writer at a time: "
+            "they wait for each other's writes; for many writers use a PostgreSQL-backed mlflow server "
+            f"({SERVER_RECIPE})")
+    assert lines == ([line] if warned else [])
+
+
+@pytest.mark.parametrize("storage, why", [
+    ("mysql://u@h/db", "not a storage the frontier takes: sqlite:///, postgresql://, "
+                       "postgresql+<driver>://, journal:///"),
+    ("journal:///", "a journal storage is journal:///<absolute path of a file>"),
+    ("postgresql+psycopg://", "a PostgreSQL storage is postgresql+psycopg://<user>@<host>[:port]/<database>"),
+])
+def test_a_bad_storage_is_one_line(storage, why):
+    with pytest.raises(ConfigError) as err:
+        preflight(_toy_search("dt=choice(0.004,0.008)", f"hydra.sweeper.storage={storage}"), CONF)
+    assert str(err.value) == f"invalid config: hydra.sweeper.storage={storage!r}: {why}"
+
+
+def test_a_journal_study_takes_turns_and_numbers_its_trials_in_order(tmp_path):
+    """Optuna's journal file (a study shared over a filesystem): created, asked and told in
+    turns (a ``flock`` beside the file), and continued with a seed moved on."""
+    storage = f"journal:///{tmp_path / 'optuna.journal'}"
+    study = open_study(storage, "toy", sampler="random", seed=0, startup_trials=1)
+    with bookkeeping_turn(storage, "toy"):
+        trial = study.ask()
+        x = trial.suggest_float("x", 0.0, 1.0)
+        study.tell(trial, [x, 1 - x])
+    again = open_study(storage, "toy", sampler="random", seed=0, startup_trials=1)
+    second = again.ask()
+    assert [t.number for t in again.get_trials()] == [0, 1]
+    assert second.suggest_float("x", 0.0, 1.0) != x  # seed 0 + 1 trial held: not the first draw again
+    assert list(tmp_path.glob("optuna.journal-*.lock"))
 
 
 def test_the_preset_searches_the_default_problem_and_passes_the_preflight():

@@ -40,15 +40,20 @@ def free_port() -> int:
 
 
 class Server:
-    """A real ``mlflow server`` (its own SQLite store and artifact folder) on a
-    free local port that stays its own when the test stops and starts it again
-    (conftest's ``mlflow_server``; tests/test_tracking_auth.py's, authenticated)."""
+    """A real ``mlflow server`` (its own SQLite store, or ``backend``: a PostgreSQL
+    database's URL, and its artifact folder, served through it) on a free local port
+    that stays its own when the test stops and starts it again (conftest's
+    ``mlflow_server``; tests/test_tracking_auth.py's, authenticated;
+    tests/test_many_writers.py's, on PostgreSQL with ``workers`` processes)."""
 
-    def __init__(self, tmp: Path, admin_password: str | None = None):
+    def __init__(self, tmp: Path, admin_password: str | None = None, backend: str | None = None,
+                 workers: int = 1):
         self.port = free_port()
         self.tmp, self.url, self.proc = tmp, f"http://127.0.0.1:{self.port}", None
         self.artifacts = tmp / "server-artifacts"
         self.admin_password = admin_password
+        self.backend = backend or f"sqlite:///{tmp / 'server.db'}"
+        self.workers = workers
 
     def start(self) -> None:
         """Start it; with ``admin_password``, MLflow's authenticated server (``--app-name
@@ -68,8 +73,8 @@ class Server:
             app = ["--app-name", "basic-auth"]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", *app, "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.tmp / 'server.db'}",
-             "--artifacts-destination", str(self.artifacts), "--workers", "1"],
+             "--backend-store-uri", self.backend, "--serve-artifacts",
+             "--artifacts-destination", str(self.artifacts), "--workers", str(self.workers)],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         deadline = time.monotonic() + 180
         while True:
@@ -83,12 +88,13 @@ class Server:
             assert time.monotonic() < deadline, "mlflow server did not start in 180 s"
             time.sleep(0.3)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 30) -> None:
+        """SIGTERM, then SIGKILL after ``grace_s`` seconds."""
         if self.proc is None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
 from jaxtyping import PyTree
 
 from teng_eq.estimate.box import BoxTransport
@@ -63,6 +64,16 @@ class ErrorEstimate:
         return dataclasses.replace(self, vector=vector, error=error, fields=None if ends is None else ends[1])
 
 
+def placed(shapes: PyTree, compiled, state: PyTree) -> PyTree:
+    """``shapes`` (of ``compiled``'s outputs) on the devices ``compiled`` puts them on, where
+    ``state`` is on a mesh of devices (a run split over them, :mod:`teng_eq.fit.mesh`): a program
+    compiled from them then takes those outputs. On one device the shapes as they are."""
+    if not isinstance(getattr(jax.tree_util.tree_leaves(state)[0], "sharding", None), NamedSharding):
+        return shapes
+    return jax.tree_util.tree_map(lambda s, where: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=where),
+                                  shapes, compiled.output_shardings)
+
+
 class CompiledEstimate:
     """A run's :class:`Defect`, compiled once from the method's state (``parameters``:
     its θ): the :class:`Fields` of a state (derivatives up to fourth order), the local
@@ -77,13 +88,14 @@ class CompiledEstimate:
         self.initial = jax.jit(lambda s: defect.initial(parameters(s))).lower(state).compile()
         if defect.short:  # autonomous, the fields hold all L[p(½)] needs: no t, no θ
             fields = jax.jit(lambda s: defect.fields(parameters(s))).lower(state).compile()
-            shapes = jax.eval_shape(lambda s: defect.fields(parameters(s)), state)
+            shapes = placed(jax.eval_shape(lambda s: defect.fields(parameters(s)), state), fields, state)
             combine = jax.jit(lambda a, b, dt: defect.combine(a, b, dt)).lower(shapes, shapes, 0.0).compile()
             self.fields = lambda s, t: fields(s)
             self.combine = lambda a, b, s0, s1, dt, t: combine(a, b, dt)
             return
-        shapes = jax.eval_shape(lambda s: defect.fields(parameters(s), 0.0), state)
         self.fields = jax.jit(lambda s, t: defect.fields(parameters(s), t)).lower(state, 0.0).compile()
+        shapes = jax.eval_shape(lambda s: defect.fields(parameters(s), 0.0), state)
+        shapes = placed(shapes, self.fields, state)
         self.combine = jax.jit(lambda a, b, s0, s1, dt, t: defect.combine(
             a, b, dt, (parameters(s0), parameters(s1)), t)
         ).lower(shapes, shapes, state, state, 0.0, 0.0).compile()

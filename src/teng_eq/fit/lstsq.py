@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import lineax as lx
 from jaxtyping import Array, Float
 
+from teng_eq.fit.mesh import PointMesh
 from teng_eq.fit.results import RESULTS
 
 SOLVERS = ("qr", "svd", "cholesky")
@@ -47,7 +48,7 @@ def row_blocks(cols: int, block: int = 128, max_blocks: int = 8) -> tuple[tuple[
 
 
 def least_squares_rows(blocks: Sequence[Float[Array, "_ rows"]], b: Float[Array, " rows"], solver: str,
-        damping: float) -> tuple[Float[Array, " cols"], RESULTS]:
+        damping: float, mesh: PointMesh | None = None) -> tuple[Float[Array, " cols"], RESULTS]:
     """:func:`least_squares` given ``Aᵀ`` as a stack of row blocks, the layout the
     stage solver builds: the normal equations then need no copy of ``A`` at all
     (:func:`gram` works block by block); QR and SVD stack the blocks into ``A``.
@@ -57,9 +58,13 @@ def least_squares_rows(blocks: Sequence[Float[Array, "_ rows"]], b: Float[Array,
     cond(AᵀA)) so that QR redid the solve. ``x`` itself may still be non-finite
     (QR of an exactly singular undamped matrix); the caller decides what to do
     with it.
+
+    With a ``mesh`` (the rows split over devices, :mod:`teng_eq.fit.mesh`) the normal
+    equations' sums run on each device's rows and one all-reduce adds them; only
+    ``cholesky`` is offered there (the configuration refuses the others).
     """
     if solver == "cholesky":
-        x = normal_equations(blocks, b, damping)
+        x = normal_equations(blocks, b, damping, mesh)
         broke = ~jnp.all(jnp.isfinite(x))
         # lax.cond runs only the branch it takes: the QR costs nothing when unused.
         x = jax.lax.cond(broke, lambda: _dense(blocks, b, "qr", damping), lambda: x)
@@ -91,19 +96,22 @@ def gram(blocks: Sequence[Float[Array, "_ rows"]]) -> Float[Array, "cols cols"]:
 
 
 def normal_equations(
-    blocks: Sequence[Float[Array, "_ rows"]], b: Float[Array, " rows"], damping: float
+    blocks: Sequence[Float[Array, "_ rows"]], b: Float[Array, " rows"], damping: float,
+    mesh: PointMesh | None = None,
 ) -> Float[Array, " cols"]:
     """``(AᵀA + λI) x = Aᵀb`` by Cholesky, ``λ = damping²·tr(AᵀA)`` (= damping²‖A‖²_F),
     ``Aᵀ`` given as row blocks.
 
     Non-finite where the factorisation breaks down. The gram is the only
-    O(rows·cols²) work, everything else O(cols³) or less.
+    O(rows·cols²) work, everything else O(cols³) or less. With a ``mesh``, ``AᵀA`` and
+    ``Aᵀb`` are summed over the devices' rows (:meth:`~teng_eq.fit.mesh.PointMesh.gram_and_rhs`)
+    and the factorisation is replicated.
     """
-    G = gram(blocks)
+    G, rhs = (gram(blocks), None) if mesh is None else mesh.gram_and_rhs(blocks, b, gram)
     n = G.shape[0]
     lam = damping**2 * jnp.trace(G)
     L = jax.lax.linalg.cholesky(G + lam * jnp.eye(n, dtype=G.dtype), symmetrize_input=False)
-    rhs = jnp.concatenate([B @ b for B in blocks])[:, None]
+    rhs = jnp.concatenate([B @ b for B in blocks])[:, None] if rhs is None else rhs[:, None]
     y = jax.lax.linalg.triangular_solve(L, rhs, left_side=True, lower=True)
     x = jax.lax.linalg.triangular_solve(L, y, left_side=True, lower=True, transpose_a=True)
     return x[:, 0]

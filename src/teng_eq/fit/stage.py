@@ -45,6 +45,7 @@ from teng_eq.config.options import at_least, one_of
 from teng_eq.domains.quadrature import FluxRows, Quadrature, norm2
 from teng_eq.errors import bad
 from teng_eq.fit.lstsq import least_squares_rows, row_blocks
+from teng_eq.fit.mesh import PointMesh
 from teng_eq.fit.results import RESULTS, event_counts
 from teng_eq.network.space import ParamSpace
 
@@ -162,7 +163,8 @@ class StageSolver(eqx.Module):
     number, or one per point); ``solver`` and relative ``damping`` of the least
     squares (:mod:`teng_eq.fit.lstsq`); the ``stopping`` policy (:class:`Stopping`);
     ``flux``: whether the quadrature's flux rows are fitted as such (a step's fits; θ₀ fits
-    values on every row).
+    values on every row); ``mesh``: the local devices the points are split over
+    (:mod:`teng_eq.fit.mesh`; None: one device).
 
     **Flux rows** (a Neumann or Robin side): on the last k rows the fitted value is
     ``α û + β ∂ₙû``, whose parameter derivative is, from ``∂û/∂θ_p = G[gcol_p] H[hcol_p]``,
@@ -184,9 +186,10 @@ class StageSolver(eqx.Module):
     gcol: Int[Array, " params"]
     hcol: Int[Array, " params"]
     flux: FluxRows | None
+    mesh: PointMesh | None = eqx.field(static=True)
 
     def __init__(self, space: ParamSpace, quadrature: Quadrature, solver: str, damping: float,
-                 stopping: Stopping = FIXED, *, flux: bool = False):
+                 stopping: Stopping = FIXED, *, flux: bool = False, mesh: PointMesh | None = None):
         self.space = space
         self.points = jnp.asarray(quadrature.points)
         weights = quadrature.weights
@@ -200,11 +203,20 @@ class StageSolver(eqx.Module):
         gcol, hcol = space.static_network().factor_columns()
         self.gcol, self.hcol = jnp.asarray(gcol), jnp.asarray(hcol)
         self.flux = quadrature.flux if flux else None
+        self.mesh = mesh
+
+    def on_mesh(self, x: Array, axis: int = 0) -> Array:
+        """``x`` split over the mesh along its point ``axis`` (as it is on one device)."""
+        return x if self.mesh is None else self.mesh.rows(x, axis)
+
+    def placed(self, theta: Float[Array, " params"]) -> Float[Array, " params"]:
+        """θ on every device of the mesh, as the fits return it (on one device: θ)."""
+        return theta if self.mesh is None else self.mesh.replicated(theta)
 
     def values(self, theta: Float[Array, " params"]) -> Float[Array, " n"]:
         """What the fits fit: û on the nodes (αû + β∂ₙû on flux rows: one forward
         derivative there, no Jacobian factors)."""
-        u = self.space.apply(theta, self.points)
+        u = self.on_mesh(self.space.apply(theta, self.on_mesh(self.points)))
         if self.flux is None:
             return u
         k = self.flux.normals.shape[0]
@@ -227,12 +239,21 @@ class StageSolver(eqx.Module):
         """:class:`Factors` of θ on ``points`` (default: the quadrature nodes, with their
         flux rows)."""
         net = self.space.network(theta)
+        if self.mesh is not None:
+            return self._sharded(self._factors(net, points))
+        return self._factors(net, points)
+
+    def _factors(self, net, points) -> Factors:
         if points is not None or self.flux is None:
-            return Factors(*net.jacobian_factors_t(self.points if points is None else points))
-        u, Gt, Ht = net.jacobian_factors_t(self.points)
+            return Factors(*net.jacobian_factors_t(self.on_mesh(self.points if points is None else points)))
+        u, Gt, Ht = net.jacobian_factors_t(self.on_mesh(self.points))
         k, (alpha, beta) = self.flux.normals.shape[0], (self.flux.alpha, self.flux.beta)
         _, (du, dGt, dHt) = jax.jvp(net.jacobian_factors_t, (self.points[-k:],), (self.flux.normals,))
         return Factors(u.at[-k:].set(alpha * u[-k:] + beta * du), Gt, Ht, dGt, dHt)
+
+    def _sharded(self, f: Factors) -> Factors:
+        """``f`` with its point axes split over the mesh (what XLA's partitioner propagates)."""
+        return Factors(self.on_mesh(f.u), self.on_mesh(f.Gt, 1), self.on_mesh(f.Ht, 1), f.dGt, f.dHt)
 
     def rows(self, factors: Factors, subset: Int[Array, " k"]) -> tuple[Float[Array, "_ n"], ...]:
         """``Jᵀ`` of the parameters ``subset`` as the row blocks of
@@ -265,7 +286,7 @@ class StageSolver(eqx.Module):
     ) -> tuple[Float[Array, " k"], RESULTS]:
         """``argmin ‖J x − rhs‖₂`` by the configured solver (:mod:`teng_eq.fit.lstsq`),
         ``Jᵀ`` as row blocks, unweighted; and what the solve ran into."""
-        return least_squares_rows(rows, rhs, self.solver, self.damping)
+        return least_squares_rows(rows, rhs, self.solver, self.damping, self.mesh)
 
     def project(
         self, rows: tuple[Float[Array, "_ n"], ...], rhs: Float[Array, " n"]

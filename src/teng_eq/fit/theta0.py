@@ -55,6 +55,7 @@ from teng_eq.equations import Equation, operator
 from teng_eq.errors import bad
 from teng_eq.fit.iterate import levenberg_marquardt, refine
 from teng_eq.fit.lstsq import SOLVERS
+from teng_eq.fit.mesh import PointMesh
 from teng_eq.fit.stage import Factors, StageSolver
 from teng_eq.network.paper import TENGNet
 from teng_eq.network.space import ParamSpace
@@ -251,7 +252,7 @@ def moved_solver(solver: StageSolver, draw: Callable | None) -> Callable | None:
 
 def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, " params"],
         target: Float[Array, " n"], fit: FitOptions, *, key, log: Callable[[object], None] | None = None,
-        goal: float | None = None, draw: Callable | None = None):
+        goal: float | None = None, draw: Callable | None = None, mesh: PointMesh | None = None):
     """Stage 2's plain iterations (:func:`refine`) towards ``target`` at the least
     damping that makes progress: ``fit.damping`` first; where its first chunk of
     :data:`~teng_eq.fit.iterate.CHUNK` iterations leaves the loss where it started (the undamped steps
@@ -263,13 +264,13 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
 
     Returns ``(θ, loss, damping used, stalled)``. Goes on while it improves (tol 0):
     ``stage2_tol`` judges the result, it does not stop the fit half-way. With ``draw``
-    (:func:`fresh_points`), each chunk on new points.
+    (:func:`fresh_points`), each chunk on new points; with ``mesh``, the points split over devices.
     """
     damping = fit.damping
     sub = min(fit.stage2_subsample, space.size)
     for attempt in range(DAMPING_TRIES):
         last = attempt == DAMPING_TRIES - 1
-        solver = StageSolver(space, quadrature, fit.solver, damping, flux=True)
+        solver = StageSolver(space, quadrature, fit.solver, damping, flux=True, mesh=mesh)
         label = "θ₀ stage 2 (value)" if attempt == 0 else f"θ₀ stage 2 (value, damping {damping:.0e})"
         fitted, loss, stalled = refine(solver, theta, target, key=key, subsample=sub, tol=0.0,
                                        max_iters=fit.stage2_max_iters, patience=fit.stage2_patience,
@@ -281,7 +282,7 @@ def value_stage(space: ParamSpace, quadrature: Quadrature, theta: Float[Array, "
 
 
 def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
-        fit: FitOptions, log: Callable[[object], None] | None = None,
+        fit: FitOptions, log: Callable[[object], None] | None = None, mesh: PointMesh | None = None,
         move: Callable | None = None) -> tuple[Float[Array, " params"], FitReport]:
     """Two-stage fit of ``net`` to ``u0`` on ``quadrature`` (no cache); stage 2's least
     squares are ``fit.solver`` and ``fit.damping``. Returns ``(θ₀, report)``.
@@ -290,9 +291,9 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     moved by it (:func:`fresh_points`; the sampled box's ``fresh``); stage 1 keeps them:
     it only brings θ near u₀ for stage 2. Stage 2 fits the rows the steps fit: on a box's
     flux rows αu₀ + β∂ₙu₀ (:class:`~teng_eq.domains.quadrature.FluxRows`), so that θ₀ meets
-    a Neumann or Robin side as a step's fit does."""
+    a Neumann or Robin side as a step's fit does; ``mesh``: on the points split over its devices."""
     space = ParamSpace(net)
-    solver = StageSolver(space, quadrature, fit.solver, fit.damping)
+    solver = StageSolver(space, quadrature, fit.solver, fit.damping, mesh=mesh)
     points = solver.points
     k1, k2, k3 = jax.random.split(key, 3)
     target1 = jax.vmap(lambda x: _value_and_gradient(u0, x))(points)
@@ -301,7 +302,7 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
         flux, k = quadrature.flux, quadrature.flux.normals.shape[0]
         du0 = jnp.sum(flux.normals * target1[-k:, 1:], axis=1)
         target2 = target2.at[-k:].set(flux.alpha * target2[-k:] + flux.beta * du0)
-        stage2 = StageSolver(space, quadrature, fit.solver, fit.damping, flux=True)
+        stage2 = StageSolver(space, quadrature, fit.solver, fit.damping, flux=True, mesh=mesh)
     norm = float(solver.norm2(target2))
     sub2 = min(fit.stage2_subsample, space.size)
     # Per-point quadrature weights scale each point's rows by √wₙ (the solver's weight is then 1).
@@ -310,7 +311,7 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
 
     def residual1(theta, _data):
         net = space.network(theta)
-        r = jax.vmap(lambda x: _value_and_gradient(net, x))(points) - target1
+        r = jax.vmap(lambda x: _value_and_gradient(net, x))(solver.on_mesh(points)) - target1
         return r if solver.sqrt_weights is None else r.reshape(-1) * jnp.repeat(sqrt_w, target1.shape[1])
 
     def jacobian1(theta, subset, _data):
@@ -319,7 +320,7 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
 
     t0 = time.perf_counter()
     theta, loss1, _ = levenberg_marquardt(
-        residual1, jacobian1, space.flatten(net), solver.weight, key=k1,
+        residual1, jacobian1, solver.placed(space.flatten(net)), solver.weight, key=k1,
         subsample=min(fit.stage1_subsample, space.size), tol=fit.stage1_tol,
         max_iters=fit.stage1_max_iters, patience=fit.stage1_patience, log=log,
         label="θ₀ stage 1 (value+gradient)",
@@ -327,7 +328,7 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     t1 = time.perf_counter()
     draw = None if move is None else fresh_points(points, move, u0, jax.random.fold_in(key, 4))
     theta, loss2, damping, stalled = value_stage(space, quadrature, theta, target2, fit, key=k2, log=log,
-                                                 goal=fit.stage2_tol * norm, draw=draw)
+                                                 goal=fit.stage2_tol * norm, draw=draw, mesh=mesh)
     if fit.stage2_polish_iters > 0:
         theta, loss2, stalled = levenberg_marquardt(
             lambda th, data: data[0].scaled(data[0].values(th) - data[1]),
@@ -390,8 +391,10 @@ def u0_digest(u0: Callable[[Array], Array], quadrature: Quadrature) -> str:
 
 def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
         fit: FitOptions, description: dict, directory=None, log: Callable[[object], None] | None = None,
-        move: Callable | None = None) -> tuple[Float[Array, " params"], FitReport]:
-    """:func:`initial_parameters`, cached under ``directory`` by ``description``
+        move: Callable | None = None, mesh: PointMesh | None = None
+) -> tuple[Float[Array, " params"], FitReport]:
+    """:func:`initial_parameters` (``mesh``: on the points split over its devices), cached
+    under ``directory`` by ``description``
     (the equation, architecture, grid, seed, fit settings) and u₀'s values on
     ``quadrature`` (:func:`u0_digest`). Stored as a
     self-checking entry (:func:`teng_eq.cache.files.store_arrays`: θ and the report as
@@ -412,7 +415,8 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
     if cached is not None:
         report = FitReport(**{**json.loads(str(cached["info"])), "cached": True})
         return jnp.asarray(cached["theta"]), report
-    theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log, move=move)
+    theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log, move=move,
+                                       mesh=mesh)
     keep, advice = verdict(report, fit)
     if advice:
         report = dataclasses.replace(report, advice=advice)

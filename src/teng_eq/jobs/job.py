@@ -86,8 +86,13 @@ def step_position(rec: StepRecord) -> str:
 
 def config_hash(resolved: dict) -> str:
     """The numerics of a job's resolved config (bookkeeping keys aside), hashed:
-    what a resumed or skipped job is matched on."""
-    return digest({k: v for k, v in resolved.items() if k not in BOOKKEEPING})[:16]
+    what a resumed or skipped job is matched on. ``devices: 1`` is left out, so that a config
+    hashes as it did before the key existed; split over devices, a run sums in another order
+    (its last bits differ) and is a run of its own."""
+    numerics = {k: v for k, v in resolved.items() if k not in BOOKKEEPING}
+    if numerics.get("devices") == 1:
+        del numerics["devices"]
+    return digest(numerics)[:16]
 
 
 def main(cfg: DictConfig, context: JobContext) -> float:

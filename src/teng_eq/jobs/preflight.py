@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from teng_eq.errors import ConfigError, bad
 from teng_eq.jobs.resources import check_memory
 from teng_eq.run.config import SHORTHANDS, RunConfig
 from teng_eq.search.space import SWEEPER_TARGET, Space, check_options, parse_space
+from teng_eq.search.study import SERVER_RECIPE, busy, check_storage, default_storage, is_busy, study_name
 from teng_eq.tracking.store import check_store, default_tracking_uri
 
 #: ``hydra.sweeper._target_`` of Hydra's basic sweeper (the default): lists and their products.
@@ -304,6 +307,7 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
             fixed_count = 0
             if sweeper == SWEEPER_TARGET:  # a frontier search (teng_eq.search): the points of its space
                 space = search_space(parser, base, overrides)
+                check_study(base, space, conf_dir.parent)
                 # A user's config folder stays on every point's search path (the space holds no Hydra keys).
                 path = [o for o in overrides if o.startswith("hydra.searchpath=")]
                 jobs, fixed_count = ([[*path, *job] for job in space.check_points()],
@@ -316,6 +320,8 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
                 jobs = sweep_jobs(parser, [*swept, *overrides]) if multirun else [overrides]
         except (HydraException, OmegaConfBaseException) as err:
             raise ConfigError(f"invalid config: {one_line(err)}") from None
+        if (line := side_by_side_on_sqlite(base, len(jobs) if multirun else 1, conf_dir.parent)):
+            print(line, file=sys.stderr)
         for job in jobs:
             try:
                 try:
@@ -346,6 +352,45 @@ def search_space(parser: OverridesParser, base: DictConfig, overrides: list[str]
     params = sw.get("params")
     params = OmegaConf.to_container(params, resolve=True) if params is not None else {}
     return parse_space(parser, params, arguments)
+
+
+#: Hydra's launchers that run a multirun's jobs side by side (the end of their ``_target_``).
+PARALLEL_LAUNCHERS = ("JoblibLauncher", "LocalLauncher", "SlurmLauncher")
+
+
+def side_by_side_on_sqlite(base: DictConfig, jobs: int, root: Path) -> str | None:
+    """The one line of a command of ``jobs`` jobs (a multirun's; 1 for a single run) that
+    write a SQLite MLflow store side by side (a parallel launcher, more than one job at
+    once: a frontier search's ``n_jobs``);
+    else None. SQLite takes one writer at a time: nothing is lost (every write waits for
+    its turn, and is retried), but the jobs wait for each other, more the more of them
+    there are (measured: docs/guides/server-and-cluster.md), and the line names the
+    server for many writers."""
+    target = str(base.hydra.launcher.get("_target_", ""))
+    if jobs > 1 and base.hydra.sweeper.get("_target_") == SWEEPER_TARGET:
+        jobs = int(base.hydra.sweeper.get("n_jobs", 1))
+    if target.endswith("JoblibLauncher"):
+        n_jobs = int(base.hydra.launcher.get("n_jobs", -1))  # joblib's: -1 all cores, -2 all but one, …
+        jobs = min(jobs, n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs))
+    uri = base.get("tracking_uri") or default_tracking_uri(root)
+    if jobs < 2 or not target.endswith(PARALLEL_LAUNCHERS) or not uri.startswith("sqlite:"):
+        return None
+    return (f"warning: {jobs} jobs at once write the SQLite store {uri}, which takes one writer at a "
+            f"time: they wait for each other's writes; for many writers use a PostgreSQL-backed mlflow "
+            f"server ({SERVER_RECIPE})")
+
+
+def check_study(base: DictConfig, space: Space, root: Path) -> None:
+    """A frontier search's study: its storage one the search takes
+    (:func:`~teng_eq.search.study.check_storage`), and, in SQLite, not held by another
+    search now (SQLite takes one search at a time: the line names the recipe for many)."""
+    sw = base.hydra.sweeper
+    uri = base.get("tracking_uri") or default_tracking_uri(root)
+    storage = sw.get("storage") or default_storage(uri, root)
+    check_storage(storage)
+    name = sw.get("study") or study_name(str(base.experiment_name), space, str(sw.error), str(sw.cost))
+    if is_busy(storage, name):
+        raise ConfigError(busy(storage, name))
 
 
 @dataclasses.dataclass(frozen=True)

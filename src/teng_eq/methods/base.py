@@ -36,6 +36,7 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 from teng_eq.domains.quadrature import Quadrature
 from teng_eq.equations import Equation
 from teng_eq.errors import bad
+from teng_eq.fit.mesh import PointMesh, point_mesh
 from teng_eq.fit.results import StepRecord
 from teng_eq.fit.theta0 import FitOptions, FitReport, cached_initial_parameters, resolve_init
 from teng_eq.network.imposed import Imposed
@@ -67,12 +68,14 @@ class Problem:
     """What every method solves: ``equation`` from its initial condition at t = 0 to
     ``t_final``, reported (and, for a sequential method, advanced) in steps of
     ``dt`` (None: steps of the sizes the controller passes to ``step``); every
-    random key derives from ``seed``."""
+    random key derives from ``seed``; ``devices``: the local devices the fits' points are
+    split over (1, N or ``"all"``, :mod:`teng_eq.fit.mesh`; a method that cannot is refused)."""
 
     equation: Equation
     dt: float | None
     t_final: float
     seed: int
+    devices: int | str = 1
 
     @property
     def n_steps(self) -> int | None:
@@ -94,6 +97,8 @@ class Method(eqx.Module):
 
     #: Whether it runs systems (:class:`~teng_eq.equations.system.PeriodicSystem`).
     systems: ClassVar[bool] = False
+    #: Whether its fits can split their points over devices (``devices`` > 1, :mod:`teng_eq.fit.mesh`).
+    shards: ClassVar[bool] = False
 
     #: The run's method steps (time steps, or a global-in-time method's blocks); None when
     #: the controller chooses them (not known until the run ends).
@@ -258,10 +263,12 @@ class ThetaMethod(Method):
     @classmethod
     def build(cls, options: ThetaOptions, problem: Problem, *, cache_dir=None, log=None) -> ThetaMethod:
         """Build the network, fit (or load) θ₀ on its own grid (``fit.grid``) and the
-        subclass's :meth:`parts` on the run's."""
+        subclass's :meth:`parts` on the run's; both on the points split over ``problem.devices``
+        (:meth:`mesh`)."""
         eq = problem.equation
         net = cls.network_template(options, problem)
         fit_grid = options.fit.grid_for(options.grid)
+        mesh = cls.mesh(options, problem)
         # θ₀ depends on the grid it was fitted on, not on the run's: runs on different
         # grids share one θ₀ fitted on the same fit grid.
         network = {**dataclasses.asdict(options.network), "init": net.init}
@@ -275,13 +282,26 @@ class ThetaMethod(Method):
         if eq.domain.fresh:
             description["fit_points"] = "moved each chunk"
             move = eq.domain.move
+        if mesh is not None:  # sums over points in another order: last bits of their own
+            description["devices"] = mesh.size
         _, key = jax.random.split(jax.random.PRNGKey(problem.seed))
         theta0, report = cached_initial_parameters(net, eq.u0, eq.quadrature(fit_grid), key=key,
                                                    fit=options.fit, description=description,
-                                                   directory=cache_dir, log=log, move=move)
+                                                   directory=cache_dir, log=log, move=move, mesh=mesh)
         space = ParamSpace(net)
         return cls(n_steps=problem.n_steps, space=space, theta0=theta0, report=report,
                    **cls.parts(options, problem, space, eq.quadrature(options.grid)))
+
+    @classmethod
+    def mesh(cls, options: ThetaOptions, problem: Problem) -> PointMesh | None:
+        """The local devices the fits' points are split over (:func:`~teng_eq.fit.mesh.point_mesh`;
+        None: one), refused in one line where the fit grids' points do not split evenly."""
+        mesh = point_mesh(problem.devices) if cls.shards else None
+        if mesh is not None:
+            eq, fit_grid = problem.equation, options.fit.grid_for(options.grid)
+            mesh.check_points(eq.point_count(options.grid), f"grid={options.grid}")
+            mesh.check_points(eq.point_count(fit_grid), f"θ₀'s fit grid (fit.grid={fit_grid})")
+        return mesh
 
     @classmethod
     def parts(cls, options, problem: Problem, space: ParamSpace, quadrature: Quadrature) -> dict:

@@ -95,6 +95,7 @@ class TENG(ThetaMethod):
             return bool(self.FAMILY[self.integrator].error_order)
 
     systems = True  # its fits and steps see a system's rows (x, c) as a scalar's
+    shards = True  # its least squares are normal equations, summed over the devices' points
 
     advance: Step  # explicit here, implicit in ImplicitTENG
     holdout: Holdout = eqx.field(static=True)
@@ -124,6 +125,11 @@ class TENG(ThetaMethod):
     def check(cls, options: Options, problem: Problem, name: str) -> None:
         for key in ("subsample_first", "subsample"):
             cls.check_subsample(f"method.{key}", getattr(options, key), options, problem)
+        if problem.devices != 1:
+            for key, solver in (("method.solver", options.solver), ("method.fit.solver", options.fit.solver)):
+                if solver != "cholesky":
+                    raise bad(key, solver, f"devices={problem.devices!r} needs cholesky: the normal "
+                              "equations sum over the devices' points; qr and svd factor the whole Jacobian")
         if options.conserve and not getattr(problem.equation, "conserves", False):
             raise bad("method.conserve", options.conserve,
                       f"{problem.equation.name} declares no invariants to keep (a system's invariants(u))")
@@ -135,7 +141,8 @@ class TENG(ThetaMethod):
     @classmethod
     def parts(cls, options: Options, problem, space, quadrature) -> dict:
         eq = problem.equation
-        solver = StageSolver(space, quadrature, options.solver, options.damping, options.stopping, flux=True)
+        solver = StageSolver(space, quadrature, options.solver, options.damping, options.stopping, flux=True,
+                             mesh=cls.mesh(options, problem))
         shared = dict(tableau=options.FAMILY[options.integrator], dt=problem.dt, iters=options.iters,
                       iters_later=options.iters_later, subsample_first=options.subsample_first,
                       subsample=options.subsample, warm_start=options.warm_start, warm_rate=options.warm_rate,
@@ -151,14 +158,28 @@ class TENG(ThetaMethod):
                         conserve=options.grid if options.conserve else None, **shared)
 
     def init(self) -> Float[Array, " params"] | Extrapolating:
+        """θ₀ (with a zero rate under ``warm_start: extrapolate``), on every device of the fits' mesh."""
         theta = self.theta0
-        return (Extrapolating(theta, jnp.zeros_like(theta)) if self.advance.warm_start == "extrapolate"
-                else theta)
+        state = (Extrapolating(theta, jnp.zeros_like(theta)) if self.advance.warm_start == "extrapolate"
+                 else theta)
+        mesh = self.advance.solver.mesh
+        return state if mesh is None else mesh.replicated(state)
 
     def parameters(self, state) -> Float[Array, " params"]:
         return state.theta if isinstance(state, Extrapolating) else state
 
+    def values(self, state, points, t=None):
+        """û on ``points``, split over the fits' devices where they are (:mod:`teng_eq.fit.mesh`)."""
+        return self.advance.solver.on_mesh(super().values(state, self.advance.solver.on_mesh(points), t))
+
     def step(self, state, key: PRNGKeyArray, inputs: StepInputs) -> tuple[object, StepRecord]:
+        mesh = self.advance.solver.mesh
+        if mesh is None:
+            return self._step(state, key, inputs)
+        new, record = self._step(state, key, inputs)
+        return mesh.everywhere(new), record  # as init() placed it: the next step's input
+
+    def _step(self, state, key: PRNGKeyArray, inputs: StepInputs) -> tuple[object, StepRecord]:
         dt = self.advance.dt if inputs.dt is None else inputs.dt
         if not isinstance(state, Extrapolating):
             return self.advance(state, key, dt, inputs.expected, t=inputs.start)

@@ -10,12 +10,13 @@ import dataclasses
 from typing import ClassVar
 
 from teng_eq.config.options import at_least
+from teng_eq.domains.bounded import BoxDomain
 from teng_eq.equations import Equation
 from teng_eq.errors import bad
 from teng_eq.estimate.transport import Transport
 from teng_eq.methods.base import Problem
 from teng_eq.methods.teng import TENG
-from teng_eq.stepping.implicit import ImplicitStage, ImplicitTENGStep, constant_symbol
+from teng_eq.stepping.implicit import BoxStage, ImplicitStage, ImplicitTENGStep, box_solve, constant_symbol
 from teng_eq.stepping.tableau import DIRK_TABLEAUS, Tableau
 
 
@@ -23,7 +24,7 @@ class ImplicitTENG(TENG):
     """TENG with a diagonally implicit (``beuler``, ``cn``, ``sdirk2``, ``sdirk3``, ``sdirk4``) or IMEX
     (``imex_euler``, ``ars222``) ``integrator`` (:data:`teng_eq.stepping.tableau.DIRK_TABLEAUS`)."""
 
-    systems = False  # its stages' function-space steps act on one field's Fourier grid
+    systems = False  # its stages' function-space steps act on one field's grid (Fourier, or a box's nodes)
 
     @dataclasses.dataclass(frozen=True)
     class Options(TENG.Options):
@@ -47,21 +48,33 @@ class ImplicitTENG(TENG):
     def check(cls, options, problem: Problem, name: str) -> None:
         TENG.check(options, problem, name)
         eq = problem.equation
-        if eq.periods is None:
-            raise bad("equation", eq.name,
-                      f"method {name} solves its stages on a periodic grid, which it has not")
+        box = isinstance(eq.domain, BoxDomain)
+        if eq.periods is None and not box:
+            raise bad("equation", eq.name, f"method {name} solves its stages on a periodic grid "
+                      "or a box's nodes, which it has not")
         if eq.domain.fresh:
             raise bad("equation", eq.name,
                       f"method {name} solves its stages on a grid, and it draws moving points")
         if options.FAMILY[options.integrator].imex is not None and not _has_stiff_part(eq):
             raise bad("equation", eq.name, f"method {name} is IMEX and it declares no stiff(u, t) part "
                       "(the short form's νΔu is one; an operator of its own form must declare it)")
+        if box:
+            imex = options.FAMILY[options.integrator].imex is not None
+            try:
+                box_solve(eq, imex, 2)
+            except ValueError as reason:
+                part = "S" if imex else "L"
+                raise bad("equation", eq.name, f"method {name} solves its stages on a box for F = {part} "
+                          f"linear with constant coefficients, and {reason}") from None
 
     @classmethod
     def make_step(cls, options, problem, solver, quadrature, shared: dict) -> ImplicitTENGStep:
         eq, tableau = problem.equation, shared["tableau"]
-        transport = Transport(eq.periods, quadrature.grid_shape, eq.order)
         imex = tableau.imex is not None
+        if isinstance(eq.domain, BoxDomain):
+            stage = BoxStage(solver, eq, box_solve(eq, imex, quadrature.grid_shape[0]), imex=imex)
+            return ImplicitTENGStep(stage=stage, **shared)
+        transport = Transport(eq.periods, quadrature.grid_shape, eq.order)
         stage = ImplicitStage(solver, eq, transport, options.newton, imex=imex,
                               symbol=constant_symbol(eq, imex, transport, quadrature.points))
         return ImplicitTENGStep(stage=stage, **shared)

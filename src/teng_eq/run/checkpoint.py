@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import equinox as eqx
+import jax
 import numpy as np
 from jaxtyping import PyTree
 
@@ -47,8 +48,16 @@ def state_bytes(state: PyTree) -> np.ndarray:
 
 
 def state_from_bytes(data: np.ndarray, like: PyTree) -> PyTree:
-    """The state that :func:`state_bytes` wrote, with the structure of ``like``."""
-    return eqx.tree_deserialise_leaves(io.BytesIO(np.asarray(data, dtype=np.uint8).tobytes()), like)
+    """The state that :func:`state_bytes` wrote, with the structure of ``like`` and its arrays
+    where ``like``'s are (on the devices of a sharded run's mesh, which its programs expect)."""
+    state = eqx.tree_deserialise_leaves(io.BytesIO(np.asarray(data, dtype=np.uint8).tobytes()), like)
+    return jax.tree_util.tree_map(_placed_like, state, like)
+
+
+def _placed_like(new, old):
+    if isinstance(old, jax.Array) and isinstance(new, jax.Array) and new.sharding != old.sharding:
+        return jax.device_put(new, old.sharding)
+    return new
 
 
 def save_network(path: Path, network: eqx.Module) -> Path:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from teng_eq.config.options import import_impl, one_of, options_from, typed
 from teng_eq.equations import Equation, build_equation
 from teng_eq.errors import ConfigError, bad
 from teng_eq.estimate.defect import KINDS
+from teng_eq.fit.mesh import check_devices
 from teng_eq.methods.base import Method, Problem
 from teng_eq.run.controller import Controller
 
@@ -57,8 +58,9 @@ class RunConfig:
     """One job's numerics: the equation, the method (with its own options), time
     step (None: ``dt: auto``, chosen by the ``controller``) and horizon, the
     error-evaluation grid, the seed, the kind of a-posteriori error ``estimate``
-    (:mod:`teng_eq.estimate.defect`) and whether the error is also measured against a
-    ``reference`` (:data:`REFERENCES`)."""
+    (:mod:`teng_eq.estimate.defect`), whether the error is also measured against a
+    ``reference`` (:data:`REFERENCES`), and the local ``devices`` the fits' points are split
+    over (1, N or ``"all"``: :mod:`teng_eq.fit.mesh`)."""
 
     equation: Equation
     method: MethodConfig
@@ -69,9 +71,12 @@ class RunConfig:
     controller: Controller
     estimate: str
     reference: str
+    devices: int | str = 1
 
     #: The top-level keys of the run proper (``equation`` and ``method`` aside).
-    KEYS = ("dt", "t_final", "eval_grid", "seed", "controller", "estimate", "reference")
+    KEYS = ("dt", "t_final", "eval_grid", "seed", "controller", "estimate", "reference", "devices")
+    #: Those a mapping may leave out, with the value they then take.
+    OPTIONAL: ClassVar[dict[str, object]] = {"devices": 1}
 
     @property
     def has_reference(self) -> bool:
@@ -80,7 +85,8 @@ class RunConfig:
 
     @property
     def problem(self) -> Problem:
-        return Problem(equation=self.equation, dt=self.dt, t_final=self.t_final, seed=self.seed)
+        return Problem(equation=self.equation, dt=self.dt, t_final=self.t_final, seed=self.seed,
+                       devices=self.devices)
 
     @property
     def adaptive(self) -> bool:
@@ -117,13 +123,14 @@ class RunConfig:
         options = options_from(import_impl(impl, "method.impl").Options, m, "method")
         kw = {}
         for key in cls.KEYS:
-            if key not in cfg:
+            if key not in cfg and key not in cls.OPTIONAL:
                 raise bad(key, None, "missing")
         kw["dt"] = None if cfg["dt"] == "auto" else typed(cfg["dt"], float, "dt")
         for key, kind in (("t_final", float), ("eval_grid", int), ("seed", int), ("estimate", str),
                           ("reference", str)):
             kw[key] = typed(cfg[key], kind, key)
         kw["controller"] = options_from(Controller, cfg["controller"], "controller")
+        kw["devices"] = check_devices(cfg.get("devices", cls.OPTIONAL["devices"]))
         run = cls(equation=equation, method=MethodConfig(name=name, impl=impl, options=options), **kw)
         run.validate()
         return run
@@ -166,4 +173,7 @@ class RunConfig:
             raise bad("method", self.method.name,
                       f"runs scalar equations, and {eq.name} is a system {eq.components} "
                       "(the explicit TENG methods run systems)")
+        if self.devices != 1 and not self.method.cls.shards:
+            raise bad("devices", self.devices, f"method {self.method.name} runs on one device (its own "
+                      "solver); devices > 1 splits the points of TENG's least squares (the teng_* methods)")
         self.method.cls.check(self.method.options, self.problem, self.method.name)

@@ -22,6 +22,14 @@ its job continues that run from its checkpoint; one that never opened a run is
 launched afresh. So no trial is lost and none is run twice, and the study and
 MLflow hold the same trials.
 
+**Several searches on one study** (a shared storage: PostgreSQL, a journal file;
+:mod:`teng_eq.search.study`): each asks its batches in turns, so together they hold
+``n_trials`` trials, numbered without gaps or repeats. A RUNNING trial belongs to the
+search that asked it (user attributes ``owner``: its process, and ``mlflow_parent``:
+its parent run); it is an orphan, taken over (in a turn) and settled as above, only
+when that search is gone: its parent run ended, or is stale (its process dead, or its
+heartbeat old: :func:`~teng_eq.tracking.store.run_alive`).
+
 The class is registered with Hydra from ``hydra_plugins.teng_eq_frontier`` (Hydra
 loads plugins from that package only). A Hydra importer (its ``Sweeper`` API) that
 runs in the launching process: it never loads JAX, and reads MLflow through
@@ -50,16 +58,21 @@ from teng_eq import interrupts
 from teng_eq.errors import ConfigError, Diverged, Overfit
 from teng_eq.search.space import Space, baseline_params, check_options, parse_space
 from teng_eq.search.study import (
+    bookkeeping_turn,
     cheapest,
+    check_storage,
     default_storage,
     describe,
     front,
+    is_shared,
     objective_values,
     open_study,
+    reseed,
     study_lock,
     study_name,
 )
-from teng_eq.tracking import PARENT_RUN_ENV, default_tracking_uri, open_client
+from teng_eq.tracking import PARENT_RUN_ENV, default_tracking_uri, open_client, run_alive
+from teng_eq.tracking.store import is_stale, process_tags
 from teng_eq.tracking.sweep import config_root
 from teng_eq.tracking.trials import STUDY_ENV, finished_twin, set_tags, study_runs, trial_run
 
@@ -119,6 +132,7 @@ class FrontierSweeper(Sweeper):
         OmegaConf.save(cfg, sweep_dir / "multirun.yaml")
         interrupts.install()
         try:
+            check_storage(storage)
             with study_lock(storage, name):
                 study = open_study(storage, name, sampler=self.sampler, seed=self.seed,
                                    startup_trials=self.startup_trials)
@@ -145,8 +159,6 @@ class _Search:
     # --- the loop -----------------------------------------------------------------
 
     def run(self) -> list[Sequence[JobReturn]]:
-        from optuna.trial import TrialState
-
         os.environ[STUDY_ENV] = self.name
         try:
             if self.parent:
@@ -155,25 +167,71 @@ class _Search:
             held = len(self.study.get_trials(deepcopy=False))
             log.info("frontier search: study %s in %s holds %d of %d trials", self.name, self.storage, held,
                      self.s.n_trials)
-            for orphan in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            with _deferred(), bookkeeping_turn(self.storage, self.name):
+                orphans = self._take_orphans()
+            for orphan in orphans:
                 self._settle_orphan(orphan)
-            if self.s.baseline and not self.study.get_trials(deepcopy=False):
-                self._enqueue_baseline()
-            while (todo := self.s.n_trials - len(self.study.get_trials(deepcopy=False))) > 0:
-                with _deferred():
-                    asked = [self._ask() for _ in range(min(self.s.n_jobs, todo))]
+            while True:
+                with _deferred(), bookkeeping_turn(self.storage, self.name):
+                    asked = self._ask_batch()
+                if not asked:
+                    break
                 self._launch([t.number for t in asked], resume=False)
         finally:
             os.environ.pop(STUDY_ENV, None)
         self._report()
         return self.returns
 
+    def _ask_batch(self) -> list:
+        """The next batch (in this search's turn): up to ``n_jobs`` trials asked, none
+        past the study's ``n_trials``; the baseline enqueued first in an empty study."""
+        todo = self.s.n_trials - len(self.study.get_trials(deepcopy=False))
+        if todo <= 0:
+            return []
+        if self.s.baseline and todo == self.s.n_trials:
+            self._enqueue_baseline()
+        if is_shared(self.storage):  # another search may have asked since: a seed of its own
+            reseed(self.study, self.s.sampler, self.s.seed, self.s.startup_trials)
+        return [self._ask() for _ in range(min(self.s.n_jobs, todo))]
+
+    def _take_orphans(self) -> list:
+        """The RUNNING trials no live search owns (in this search's turn), made this one's."""
+        from optuna.trial import TrialState
+
+        taken = []
+        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if self._orphaned(frozen):
+                self._own(_live_trial(self.study, frozen))
+                taken.append(frozen)
+        return taken
+
+    def _orphaned(self, frozen) -> bool:
+        """Whether RUNNING trial ``frozen`` was left by a search that is gone. In SQLite
+        every such trial is (one search at a time); in a shared storage, one whose parent
+        run is this search's (reopened: an earlier invocation of this command), or ended,
+        or stale; without a parent run, one whose process is gone."""
+        if not is_shared(self.storage):
+            return True
+        parent = frozen.user_attrs.get("mlflow_parent")
+        if parent and parent == self.parent:
+            return True
+        alive = run_alive(self.client, parent) if parent else None
+        if alive is not None:
+            return not alive
+        owner = frozen.user_attrs.get("owner")
+        return not isinstance(owner, dict) or is_stale(owner)
+
+    def _own(self, trial) -> None:
+        """Mark ``trial`` as this search's: its process (and parent run)."""
+        trial.set_user_attr("owner", {k: v for k, v in process_tags().items() if k != "heartbeat"})
+        if self.parent:
+            trial.set_user_attr("mlflow_parent", self.parent)
+
     def _ask(self):
         trial = self.study.ask()
         params = {axis.name: _suggest(trial, axis) for axis in self.space.axes}
         trial.set_user_attr("overrides", self.space.overrides(params))
-        if self.parent:
-            trial.set_user_attr("mlflow_parent", self.parent)
+        self._own(trial)
         return trial
 
     def _overrides(self, frozen) -> list[str]:

@@ -44,6 +44,7 @@ from teng_eq.equations import Equation, network_operator, operator
 from teng_eq.estimate.transport import Transport
 from teng_eq.fit.stage import StageSolver
 from teng_eq.stepping.base import Step
+from teng_eq.stepping.box import BoxSolve
 from teng_eq.stepping.explicit import combine
 
 
@@ -100,9 +101,15 @@ class ImplicitStage(eqx.Module):
 
     def explicit_part(self, theta, t):
         """N[u_θ] = L[u_θ] − S[u_θ] on the nodes (IMEX; S on the network here, as N's own part)."""
-        points = self.solver.points
-        return network_operator(self.equation, self.solver.space, theta, points, t) - operator(
-            self.part, lambda p: self.solver.space.apply(theta, p), points, t)
+        return explicit_rest(self.equation, self.part, self.solver, theta, t)
+
+    def norm2(self, r):
+        """The fits' quadrature of r² (every row a grid node)."""
+        return self.solver.norm2(r)
+
+    def interpolate(self, values, points):
+        """The stage's grid ``values`` at ``points``: trigonometric (:func:`interpolate`)."""
+        return interpolate(values, self.transport.shape, self.equation.periods, points)
 
     def multiply(self, factor, values):
         """The Fourier multiplier ``factor`` (on the grid's wave numbers) applied to grid ``values``."""
@@ -146,6 +153,67 @@ class ImplicitStage(eqx.Module):
         return theta, target, logs, self.solver.norm2(r) / self.solver.norm2(rhs)
 
 
+def explicit_rest(equation: Equation, part, solver: StageSolver, theta, t):
+    """N[u_θ] = L[u_θ] − S[u_θ] on the solver's points, S = ``part`` on the network."""
+    points = solver.points
+    return network_operator(equation, solver.space, theta, points, t) - operator(
+        part, lambda p: solver.space.apply(theta, p), points, t)
+
+
+class BoxStage(eqx.Module):
+    """:class:`ImplicitStage` on a box with sides: ``u − hF[u] = r`` solved on the interior
+    nodes with the sides' conditions at the stage's time by ``box``
+    (:class:`~teng_eq.stepping.box.BoxSolve`: F linear with constant coefficients, the
+    equation's L or, under IMEX, its stiff part S), then one fit to u⁺ inside and the sides'
+    data on their rows (values on Dirichlet sides, αû + β∂ₙû on the others: the target the
+    explicit steps' fits have there). Vectors run over every fit row, interior then sides; the
+    side rows of r and of a slope are never read (a stage's sides take the data), and the
+    norms (``local_error``, ``u_l2``) are the interior's. An explicit stage's F (a_jj = 0) is
+    the same F on the network's nodal values, with the sides' data at its time: the
+    operator the solve inverts, not F on the network (whose content between the nodes a
+    stiff F would amplify)."""
+
+    solver: StageSolver
+    equation: Equation
+    box: BoxSolve
+    imex: bool = eqx.field(static=True, default=False)
+
+    @property
+    def part(self):
+        return implicit_operator(self.equation, self.imex)
+
+    def data(self, t):
+        """The sides' data at t on the fit quadrature's side rows."""
+        return self.equation.domain.boundary_data(self.solver.points[self.box.size:], t)
+
+    def implicit_part(self, theta, t):
+        """F[u_θ] on the interior nodes (the box's F of the nodal values; 0 on the side rows)."""
+        n, points = self.box.size, self.solver.points
+        f = self.box.apply(self.solver.space.apply(theta, points[:n]), self.data(t))
+        return jnp.concatenate([f, jnp.zeros(points.shape[0] - n, f.dtype)])
+
+    def explicit_part(self, theta, t):
+        """N[u_θ] = L[u_θ] − S[u_θ] on the nodes (IMEX), on the network."""
+        return explicit_rest(self.equation, self.part, self.solver, theta, t)
+
+    def norm2(self, r):
+        """The quadrature of r² over the interior rows."""
+        n = self.box.size
+        return self.solver.norm2(jnp.concatenate([r[:n], jnp.zeros(r.shape[0] - n, r.dtype)]))
+
+    def interpolate(self, values, points):
+        """The interior values at ``points`` (:meth:`~teng_eq.stepping.box.BoxSolve.interpolate`)."""
+        return self.box.interpolate(values[: self.box.size], points)
+
+    def __call__(self, theta, rhs, h, t, key: PRNGKeyArray, iters: tuple[int, int], n_first: int,
+                 n_rest: int):
+        """As :meth:`ImplicitStage.__call__`; the residual is 0 (u⁺ solves the stage on the nodes)."""
+        data = self.data(t)
+        target = jnp.concatenate([self.box.solve(h, rhs[: self.box.size], data), data])
+        theta, log = self.solver.stage(theta, target, key, iters[0], n_first, n_rest)
+        return theta, target, [log], jnp.zeros((), rhs.dtype)
+
+
 def implicit_operator(equation: Equation, imex: bool):
     """The operator F the implicit stages take: the equation's stiff part S (IMEX) or L."""
     return _StiffPart(equation) if imex else equation
@@ -164,6 +232,33 @@ def constant_symbol(equation: Equation, imex: bool, transport: Transport, points
     if np.max(np.abs(a - mean)) > 1e-12 * max(1.0, np.max(np.abs(mean))):
         return None
     return jnp.asarray(transport.symbol(a)[0])
+
+
+def box_solve(equation: Equation, imex: bool, n: int) -> BoxSolve:
+    """The :class:`~teng_eq.stepping.box.BoxSolve` of the implicit operator F on the equation's
+    box (n nodes per axis), F's coefficients by autodiff (as :func:`constant_symbol`'s, on a
+    few interior points); a ``ValueError`` saying why where F is not ``c + Σ_d (b_d ∂_d +
+    a_d ∂²_d)`` with constant coefficients (nonlinear, time-dependent, varying in x, mixed
+    or higher derivatives: what the box's stage solve does not cover)."""
+    if not ((imex or equation.linear) and equation.autonomous):
+        raise ValueError("it is not linear and autonomous (a Newton solve on a box is not built)")
+    domain = equation.domain
+    transport = Transport(domain.lengths, (1,) * domain.dim, equation.order)
+    points = jnp.asarray(domain.evaluation(5).points)
+    a = np.asarray(transport.coefficients(implicit_operator(equation, imex),
+                                          lambda p: jnp.zeros(p.shape[0], p.dtype), points, 0.0))
+    mean = a.mean(axis=1)
+    tol = 1e-12 * max(1.0, np.max(np.abs(mean)))
+    if np.max(np.abs(a - mean[:, None])) > tol:
+        raise ValueError("its coefficients vary in x")
+    terms = {alpha: value for alpha, value in zip(transport.alphas, mean)}
+    dim, unit = domain.dim, lambda d, k: tuple(k if i == d else 0 for i in range(dim))  # noqa: E731
+    first = [terms.get(unit(d, 1), 0.0) for d in range(dim)]
+    second = [terms.get(unit(d, 2), 0.0) for d in range(dim)]
+    known = {unit(0, 0)} | {unit(d, k) for d in range(dim) for k in (1, 2)}
+    if any(abs(v) > tol for alpha, v in terms.items() if alpha not in known):
+        raise ValueError("it has mixed or higher than second derivatives")
+    return BoxSolve(domain, n, terms[unit(0, 0)], first, second)
 
 
 def interpolate(values: Float[Array, " n"], shape: tuple[int, ...], periods, points: Float[Array, "m dim"]):
@@ -206,10 +301,11 @@ class ImplicitTENGStep(Step):
     ``Δt Σ b_errorⱼ kⱼ`` on the nodes) and ``u_l2`` (‖u⁽ˢ⁾‖), what ``dt=auto``'s controller reads.
 
     **Held-out check**: the final network on the held-out points against the step's value
-    u⁽ˢ⁾ on the nodes carried there by trigonometric interpolation (:func:`interpolate`).
+    u⁽ˢ⁾ on the nodes carried there by the stage's interpolation: trigonometric on a periodic
+    grid (:func:`interpolate`), polynomial on a box (:class:`BoxStage`).
     """
 
-    stage: ImplicitStage
+    stage: ImplicitStage | BoxStage
 
     @property
     def equation(self) -> Equation:
@@ -248,9 +344,8 @@ class ImplicitTENGStep(Step):
                 rest.append(stage.explicit_part(current, t + c[j] * dt))
         embedded = {}
         if tab.b_error is not None:  # the step's local error and scale, as the explicit steps report them
-            embedded = {"local_error": jnp.sqrt(self.solver.norm2(combine(0.0, dt, tab.b_error, slopes))),
-                        "u_l2": jnp.sqrt(self.solver.norm2(value))}
-        held = None if self.holdout is None else interpolate(value, stage.transport.shape,
-                                                             self.equation.periods, self.holdout.points)
+            embedded = {"local_error": jnp.sqrt(stage.norm2(combine(0.0, dt, tab.b_error, slopes))),
+                        "u_l2": jnp.sqrt(stage.norm2(value))}
+        held = None if self.holdout is None else stage.interpolate(value, self.holdout.points)
         return current, self.report(space, current, logs, held, newton_residual=jnp.sqrt(residuals[-1]),
                                     **embedded)

@@ -27,6 +27,7 @@ from teng_eq.tracking.store import (
     is_stale,
     open_client,
     reap_stale,
+    run_alive,
     ui_address,
 )
 from teng_eq.tracking.sweep import PARENT_RUN_ENV, SweepCallback, sweep_hash, sweep_jobs
@@ -35,6 +36,7 @@ __all__ = [
     "PARENT_RUN_ENV", "RunInProgress", "RunLogger", "SelectionError", "StoreUnavailable", "SweepCallback",
     "active_tracking_uri", "artifact_copies", "artifact_root_for", "check_store", "claim_lock",
     "default_tracking_uri", "ensure_experiment", "experiment_name", "flatten", "git_state", "is_stale",
-    "latest_sweep", "load_runs", "log_analysis", "metric_curves", "open_client", "reap_stale", "sweep_hash",
+    "latest_sweep", "load_runs", "log_analysis", "metric_curves", "open_client", "reap_stale", "run_alive",
+    "sweep_hash",
     "sweep_jobs", "sweep_run", "tracked_run", "ui_address",
 ]

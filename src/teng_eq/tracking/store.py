@@ -364,6 +364,18 @@ def is_stale(tags: Mapping[str, str], now: float | None = None) -> bool:
         return True
 
 
+def run_alive(client: MlflowClient, run_id: str) -> bool | None:
+    """Whether run ``run_id`` is RUNNING and its process alive (not :func:`is_stale`);
+    None when the store holds no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        return None
+    return run.info.status == "RUNNING" and not is_stale(run.data.tags)
+
+
 def reap_stale(client: MlflowClient, experiment_ids: Iterable[str], keep: Iterable[str] = ()) -> list[str]:
     """End every stale RUNNING run in ``experiment_ids`` (except ids in ``keep``)
     KILLED, with the reason in ``killed_reason``; their ids."""

@@ -196,7 +196,10 @@ class SweepCallback:
             Metric("n_finished", len(runs) - len(unfinished), now, self.attempt - 1),
         ])
         stop = interrupts.received()
-        if complete and runs and not unfinished and stop is None:
+        # A search that found its shared study full (another search ran the trials) launched
+        # nothing, and that is its answer: it ends FINISHED, as a search does whose trials all ended.
+        searched = not runs and "study" in client.get_run(run_id).data.tags
+        if complete and (runs or searched) and not unfinished and stop is None:
             client.set_terminated(run_id, status="FINISHED")
             return None
         if unfinished:
