@@ -136,14 +136,15 @@ def test_the_eigenfunction_series_converges_and_solves_heat_with_its_sides(name)
     ("equation.boundary.ymin.value=0.5", "differs from u₀ on side ymin at t = 0 by up to 0.5"),
     ("equation.origin=[0.0]", "equation.origin"),
     ("equation.enforce=both", "must be one of rows, exact"),
-    (("equation.enforce=exact", *[f"equation.boundary.{side}.kind=neumann" for side in ("xmin", "xmax", "ymin",
-                                                                                     "ymax")]),
+    (("equation.enforce=exact",
+      *[f"equation.boundary.{side}.kind=neumann" for side in ("xmin", "xmax", "ymin", "ymax")]),
      "needs Dirichlet sides whose data are one constant (here no Dirichlet side)"),
 ])
 def test_a_bad_boundary_block_is_one_line_before_any_compute(override, says):
     """Each mistake in a boundary block is one ConfigError line naming the key."""
     with pytest.raises(ConfigError) as err:
-        make_config("equation=heat_box_dirichlet", *(override if isinstance(override, tuple) else (override,)))
+        overrides = override if isinstance(override, tuple) else (override,)
+        make_config("equation=heat_box_dirichlet", *overrides)
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
@@ -215,14 +216,12 @@ def test_heat_with_sides_reaches_1e_6_at_t_1(name, grid, cache_dir):
 
 
 def test_the_imposed_ansatz_holds_its_data_and_keeps_the_factored_jacobian():
-    """u = c + φN on MIXED (Dirichlet at xmin and ymax, data 0 and 1 there: here one value, 1,
-    on both): exactly c on those sides, ∂φ/∂n = 0 on the opposite Neumann/Robin sides, and the
+    """u = c + φN on MIXED's sides with the data 1 on both Dirichlet ones (xmin, ymax): exactly c on those sides, ∂φ/∂n = 0 on the opposite Neumann/Robin sides, and the
     factored Jacobian rows (φ Gᵀ ∘ Hᵀ) equal autodiff's ∂u/∂θ."""
-    box = BoxDomain(MIXED.origin, MIXED.lengths, (*MIXED.parts[:3], BoundaryPart("ymax", "dirichlet", 1.0)),
-                    0.7, exact=True)
-    box = BoxDomain(box.origin, box.lengths, (BoundaryPart("xmin", "dirichlet", 1.0), *box.parts[1:]), 0.7,
-                    exact=True)
-    net = TENGNet(dim=2, features=2, width=5, depth=3, lengths=box.embedding_periods, key=jax.random.PRNGKey(1))
+    parts = (BoundaryPart("xmin", "dirichlet", 1.0), *MIXED.parts[1:3], BoundaryPart("ymax", "dirichlet", 1.0))
+    box = BoxDomain(MIXED.origin, MIXED.lengths, parts, 0.7, exact=True)
+    net = TENGNet(dim=2, features=2, width=5, depth=3, lengths=box.embedding_periods,
+                  key=jax.random.PRNGKey(1))
     imposed = Imposed(net, *box.imposition())
     assert imposed.value == 1.0 and imposed.axes == ((-1.0, 2.0, True, False), (0.5, 1.5, False, True))
     edge = jnp.array([[-1.0, 0.7], [0.3, 2.0], [-1.0, 2.0]])

@@ -94,7 +94,8 @@ class BoundedBox(Equation):
 
     @property
     def domain(self) -> BoxDomain:
-        return BoxDomain(self.origin, self.lengths, self._parts(), self.boundary_weight, self.enforce == "exact")
+        return BoxDomain(self.origin, self.lengths, self._parts(), self.boundary_weight,
+                         exact=self.enforce == "exact")
 
     def check_functions(self, prefix: str, impl: str | None = None) -> None:
         """:meth:`Equation.check_functions`, then each side's data function traced by
