@@ -16,6 +16,7 @@ from teng_eq.equations import operator
 from teng_eq.equations.heat_box import HeatBox
 from teng_eq.errors import ConfigError
 from teng_eq.fit.stage import StageSolver
+from teng_eq.network.imposed import Imposed
 from teng_eq.network.paper import TENGNet
 from teng_eq.network.space import ParamSpace
 
@@ -134,11 +135,16 @@ def test_the_eigenfunction_series_converges_and_solves_heat_with_its_sides(name)
     ("equation.boundary.xmin.value=wall", "has no method wall(self, x, t)"),
     ("equation.boundary.ymin.value=0.5", "differs from u₀ on side ymin at t = 0 by up to 0.5"),
     ("equation.origin=[0.0]", "equation.origin"),
+    ("equation.enforce=both", "must be one of rows, exact"),
+    (("equation.enforce=exact",
+      *[f"equation.boundary.{side}.kind=neumann" for side in ("xmin", "xmax", "ymin", "ymax")]),
+     "needs Dirichlet sides whose data are one constant (here no Dirichlet side)"),
 ])
 def test_a_bad_boundary_block_is_one_line_before_any_compute(override, says):
     """Each mistake in a boundary block is one ConfigError line naming the key."""
     with pytest.raises(ConfigError) as err:
-        make_config("equation=heat_box_dirichlet", override)
+        overrides = override if isinstance(override, tuple) else (override,)
+        make_config("equation=heat_box_dirichlet", *overrides)
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
@@ -207,3 +213,25 @@ def test_heat_with_sides_reaches_1e_6_at_t_1(name, grid, cache_dir):
     scale = np.max(np.abs(make_equation(name).reference([1.0]).values(0, 64)))  # max |u| decays: at T
     assert result.times[-1] == pytest.approx(1.0) and result.global_rel_l2 <= 1e-6
     assert max(r.metrics["boundary_error"] for r in records) <= 1e-6 * scale
+
+
+def test_the_imposed_ansatz_holds_its_data_and_keeps_the_factored_jacobian():
+    """u = c + φN on MIXED's sides with the data 1 on both Dirichlet ones (xmin, ymax): exactly c on those sides, ∂φ/∂n = 0 on the opposite Neumann/Robin sides, and the
+    factored Jacobian rows (φ Gᵀ ∘ Hᵀ) equal autodiff's ∂u/∂θ."""
+    parts = (BoundaryPart("xmin", "dirichlet", 1.0), *MIXED.parts[1:3], BoundaryPart("ymax", "dirichlet", 1.0))
+    box = BoxDomain(MIXED.origin, MIXED.lengths, parts, 0.7, exact=True)
+    net = TENGNet(dim=2, features=2, width=5, depth=3, lengths=box.embedding_periods,
+                  key=jax.random.PRNGKey(1))
+    imposed = Imposed(net, *box.imposition())
+    assert imposed.value == 1.0 and imposed.axes == ((-1.0, 2.0, True, False), (0.5, 1.5, False, True))
+    edge = jnp.array([[-1.0, 0.7], [0.3, 2.0], [-1.0, 2.0]])
+    np.testing.assert_array_equal(imposed(edge), 1.0)
+    grad = jax.vmap(jax.grad(imposed.factor))(jnp.array([[1.0, 0.9], [0.2, 0.5]]))
+    np.testing.assert_allclose([grad[0, 0], grad[1, 1]], 0.0, atol=1e-15)  # ∂ₓφ at xmax, ∂ᵧφ at ymin
+    space = ParamSpace(imposed)
+    pts = jnp.asarray(box.quadrature(3).points)
+    u, Gt, Ht = imposed.jacobian_factors_t(pts)
+    gcol, hcol = imposed.factor_columns()
+    np.testing.assert_allclose(u, space.apply(space.flatten(imposed), pts), atol=1e-14)
+    np.testing.assert_allclose((Gt[gcol] * Ht[hcol]).T, jax.jacfwd(space.apply)(space.flatten(imposed), pts),
+                               atol=1e-13)

@@ -125,6 +125,12 @@ class Domain(eqx.Module):
             raise NotImplementedError("a domain with several parts says which point is on which")
         return self.boundary[0].at(points.T, t)
 
+    def imposition(self) -> tuple[tuple[tuple[float, float, bool, bool], ...], float] | None:
+        """Where Dirichlet data are imposed exactly (:class:`~teng_eq.network.imposed.Imposed`): per
+        axis ``(a, L, lower end Dirichlet, upper end Dirichlet)`` and the data's constant; None
+        where the boundary rows alone enforce them (here)."""
+        return None
+
     def describe(self) -> dict:
         """What θ₀'s cache key needs of the domain beyond the equation's fields (e.g. its
         quadrature rule); nothing by default."""

@@ -131,6 +131,7 @@ class BoxDomain(Domain):
     lengths: tuple[float, ...] = eqx.field(static=True)
     parts: tuple[BoundaryPart | None, ...] = eqx.field(static=True)
     boundary_weight: float = eqx.field(static=True)
+    exact: bool = eqx.field(static=True, default=False)  # Dirichlet data imposed by the ansatz too
 
     @property
     def dim(self) -> int:
@@ -243,6 +244,17 @@ class BoxDomain(Domain):
         for axis, end, part in self.sides():
             data = jnp.where(self.on_side(points, axis, end), part.at(points.T, t), data)
         return data
+
+    def imposition(self) -> tuple[tuple[tuple[float, float, bool, bool], ...], float] | None:
+        """With ``exact``: each axis' ends that are Dirichlet sides and their one constant value
+        (the rows of those sides stay, their residual then zero by construction)."""
+        if not self.exact:
+            return None
+        dirichlet = [p is not None and p.kind == "dirichlet" for p in self.parts]
+        values = {p.value for p in self.parts if p is not None and p.kind == "dirichlet"}
+        axes = tuple((float(a), float(length), dirichlet[2 * d], dirichlet[2 * d + 1])
+                     for d, (a, length) in enumerate(zip(self.origin, self.lengths)))
+        return axes, float(values.pop())
 
     def describe(self) -> dict:
         rule = "gauss-legendre (n) on bounded axes, uniform (n) on periodic ones, + n^(d-1) on each side"

@@ -12,6 +12,9 @@ from teng_eq.domains.bounded import Boundary, BoxDomain, sides_of
 from teng_eq.equations.base import Equation
 from teng_eq.errors import bad
 
+#: How the Dirichlet sides are enforced (:class:`BoundedBox`).
+ENFORCE = ("rows", "exact")
+
 #: How far a Dirichlet side's data at t = 0 may be from u₀ there, relative to max(1, max |u₀|).
 CONSISTENCY = 1e-8
 
@@ -36,12 +39,15 @@ class BoundedBox(Equation):
     periodic, dirichlet, neumann or robin; data a number, the name of a method
     ``value(self, x, t)`` of the class, or ``solution``: αu + β∂ₙu of the class's own
     ``solution(x, t)``, for a manufactured case), whose rows weigh ``boundary_weight`` × surface
-    weight in every fit. Its dimension is that of ``lengths``."""
+    weight in every fit. Its dimension is that of ``lengths``. ``enforce``: ``rows`` (the Dirichlet
+    sides by their rows alone) or ``exact`` (also by the ansatz u = c + φN,
+    :class:`~teng_eq.network.imposed.Imposed`: constant data, one value on every Dirichlet side)."""
 
     origin: tuple[float, ...] = eqx.field(static=True)
     lengths: tuple[float, ...] = eqx.field(static=True)
     boundary: Boundary = eqx.field(static=True)
     boundary_weight: float = eqx.field(static=True)
+    enforce: str = eqx.field(static=True, default="rows", kw_only=True)
 
     @property
     def dim(self) -> int:
@@ -58,6 +64,14 @@ class BoundedBox(Equation):
         parts = self._parts(f"{prefix}.boundary")
         if all(p is None for p in parts):
             raise bad(f"{prefix}.boundary", "periodic", "every side is periodic: use a periodic box")
+        if self.enforce not in ENFORCE:
+            raise bad(f"{prefix}.enforce", self.enforce, f"must be one of {', '.join(ENFORCE)}")
+        if self.enforce == "exact":
+            values = [p.value for p in parts if p is not None and p.kind == "dirichlet"]
+            if not values or any(callable(v) for v in values) or len(set(values)) > 1:
+                raise bad(f"{prefix}.enforce", "exact", "needs Dirichlet sides whose data are one constant "
+                          f"(here {[getattr(v, '__name__', v) for v in values] or 'no Dirichlet side'}): "
+                          "use enforce: rows")
 
     def _parts(self, prefix: str = "equation.boundary") -> tuple:
         def data(name: str, key: str, normal, coefficients):
@@ -80,7 +94,8 @@ class BoundedBox(Equation):
 
     @property
     def domain(self) -> BoxDomain:
-        return BoxDomain(self.origin, self.lengths, self._parts(), self.boundary_weight)
+        return BoxDomain(self.origin, self.lengths, self._parts(), self.boundary_weight,
+                         exact=self.enforce == "exact")
 
     def check_functions(self, prefix: str, impl: str | None = None) -> None:
         """:meth:`Equation.check_functions`, then each side's data function traced by

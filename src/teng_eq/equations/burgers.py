@@ -7,6 +7,7 @@ import math
 
 import jax.numpy as jnp
 
+from teng_eq.equations.base import Equation
 from teng_eq.equations.periodic import SQUARE_INITIAL_CONDITIONS, PeriodicBox
 from teng_eq.reference.etdrk4 import Pseudospectral
 
@@ -19,8 +20,25 @@ RESOLUTION: tuple[tuple[float, tuple[tuple[float, int, float], ...]], ...] = (
 )
 
 
-class Burgers(PeriodicBox):
-    """Viscous Burgers: ``∂ₜu = ν Δu − u Σᵢ ∂ᵢu``.
+class BurgersFlow(Equation):
+    """``∂ₜu = ν Δu − u Σᵢ ∂ᵢu`` on whatever domain the equation has: the short form with
+    N = −u Σᵢ∂ᵢu (an equation lists it after the base that makes its domain, as
+    :class:`Burgers` does)."""
+
+    def nonlinear(self, u, grad_u):
+        return -u * sum(grad_u[i] for i in range(len(grad_u)))
+
+    def growth_rate(self, u, grad_u):
+        """``½ max(0, max_x −(∂₁ + ∂₂)u)`` on the grid. With D = Σᵢ∂ᵢ and e = v − w on
+        the periodic box (or with e = 0 on the boundary), ⟨vDv − wDw, e⟩ = ⟨vDe + eDv − eDe, e⟩
+        = ½∫e² Dv (the first term is −½∫e²Dv by parts, the last ∫D(e³)/3 = 0), so
+        ``⟨L[v] − L[w], e⟩ ≤ −ν‖∇e‖² − ½∫e² Dv ≤ ½ max(−Dv) ‖e‖²``: exact, with Dv
+        measured on the grid."""
+        return jnp.maximum(0.0, -0.5 * jnp.min(sum(grad_u[i] for i in range(len(grad_u)))))
+
+
+class Burgers(PeriodicBox, BurgersFlow):
+    """Viscous Burgers on the periodic square (:class:`BurgersFlow`).
 
     Reference: pseudo-spectral ETDRK4, quadratic nonlinearity, resolution by ν and
     horizon (:data:`RESOLUTION`), measured for the paper's u₀ from self-convergence
@@ -32,17 +50,6 @@ class Burgers(PeriodicBox):
 
     dim = 2
     initial_conditions = SQUARE_INITIAL_CONDITIONS
-
-    def nonlinear(self, u, grad_u):
-        return -u * sum(grad_u[i] for i in range(len(grad_u)))
-
-    def growth_rate(self, u, grad_u):
-        """``½ max(0, max_x −(∂₁ + ∂₂)u)`` on the grid. With D = Σᵢ∂ᵢ and e = v − w on
-        the periodic box, ⟨vDv − wDw, e⟩ = ⟨vDe + eDv − eDe, e⟩ = ½∫e² Dv (the first
-        term is −½∫e²Dv by parts, the last ∫D(e³)/3 = 0), so
-        ``⟨L[v] − L[w], e⟩ ≤ −ν‖∇e‖² − ½∫e² Dv ≤ ½ max(−Dv) ‖e‖²``: exact, with Dv
-        measured on the grid."""
-        return jnp.maximum(0.0, -0.5 * jnp.min(sum(grad_u[i] for i in range(len(grad_u)))))
 
     def reference_scheme(self) -> Pseudospectral:
         rows = next((rows for nu_min, rows in RESOLUTION if self.nu >= nu_min), RESOLUTION[-1][1])

@@ -39,6 +39,12 @@ def rsng_burgers(x):
     return (1 - y**2) * xp.exp(-30 * (y + 0.5) ** 2)
 
 
+def raissi_moved(x):
+    """Raissi's Burgers u₀ = −sin πy at y = x − 1 (x ∈ [0, 2)): ``sin πx``, the periodic line's
+    view of :func:`teng_eq.equations.burgers_box.raissi` (its solution vanishes at x = 0, 1)."""
+    return array_module(x).sin(math.pi * x[0])
+
+
 def two_waves(x):
     """``sin x + ½ cos 3x``: band-limited, for tests on [0, 2π)."""
     xp = array_module(x)
@@ -75,7 +81,7 @@ class BurgersLine(Burgers):
     wide, needs the points: docs/guides/dimensions.md)."""
 
     dim = 1
-    initial_conditions = {"rsng": rsng_burgers, "two_waves": two_waves}
+    initial_conditions = {"rsng": rsng_burgers, "two_waves": two_waves, "raissi": raissi_moved}
 
     def reference_scheme(self) -> Pseudospectral:
         return Pseudospectral(degree=2, resolution=((math.inf, 4096, 2.5e-4),))

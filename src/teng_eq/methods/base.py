@@ -39,6 +39,7 @@ from teng_eq.errors import bad
 from teng_eq.fit.mesh import PointMesh, point_mesh
 from teng_eq.fit.results import StepRecord
 from teng_eq.fit.theta0 import FitOptions, FitReport, cached_initial_parameters, resolve_init
+from teng_eq.network.imposed import Imposed
 from teng_eq.network.paper import NetworkConfig, TENGNet, build_network, parameter_count
 from teng_eq.network.space import ParamSpace
 
@@ -254,8 +255,10 @@ class ThetaMethod(Method):
     def network_template(cls, options: ThetaOptions, problem: Problem) -> TENGNet:
         eq = problem.equation
         init = resolve_init(options.network.init, eq, options.grid, options.fit.grid_for(options.grid))
-        return build_network(options.network, eq.dim, eq.domain.embedding_periods, problem.seed, init,
-                             eq.outputs)
+        net = build_network(options.network, eq.dim, eq.domain.embedding_periods, problem.seed, init,
+                            eq.outputs)
+        imposition = eq.domain.imposition()
+        return net if imposition is None else Imposed(net, *imposition)
 
     @classmethod
     def build(cls, options: ThetaOptions, problem: Problem, *, cache_dir=None, log=None) -> ThetaMethod:
