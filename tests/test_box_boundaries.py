@@ -217,7 +217,8 @@ def test_heat_with_sides_reaches_1e_6_at_t_1(name, grid, cache_dir):
 
 def test_the_imposed_ansatz_holds_its_data_and_keeps_the_factored_jacobian():
     """u = c + φN on MIXED's sides with the data 1 on both Dirichlet ones (xmin, ymax): exactly c
-    on those sides, ∂φ/∂n = 0 on the opposite Neumann/Robin sides, and the factored Jacobian rows (φ Gᵀ ∘ Hᵀ) equal autodiff's ∂u/∂θ."""
+    on those sides, ∂φ/∂n = 0 on the opposite Neumann/Robin sides, and the factored Jacobian rows
+    (φ Gᵀ ∘ Hᵀ) equal autodiff's ∂u/∂θ."""
     parts = (BoundaryPart("xmin", "dirichlet", 1.0), *MIXED.parts[1:3],
              BoundaryPart("ymax", "dirichlet", 1.0))
     box = BoxDomain(MIXED.origin, MIXED.lengths, parts, 0.7, exact=True)
