@@ -415,8 +415,9 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
     if cached is not None:
         report = FitReport(**{**json.loads(str(cached["info"])), "cached": True})
         return jnp.asarray(cached["theta"]), report
-    theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log, move=move,
-                                       mesh=mesh)
+    # the mesh only where there is one: a one-device fit is called exactly as before it existed
+    split = {} if mesh is None else {"mesh": mesh}
+    theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log, move=move, **split)
     keep, advice = verdict(report, fit)
     if advice:
         report = dataclasses.replace(report, advice=advice)
