@@ -125,3 +125,17 @@ def test_build_equation_from_a_group():
     assert (eq.name, eq.nu, eq.dim) == ("burgers", 0.003, 2)
     with pytest.raises(ConfigError, match="equation.impl"):
         build_equation({"name": "burgers"})
+
+
+def test_an_equations_functions_are_checked_once_per_value(monkeypatch):
+    """The same equation built again is not checked again (the check compiles its functions);
+    another value of a field is."""
+    from teng_eq.equations.burgers import Burgers
+
+    checked = []
+    monkeypatch.setattr(Burgers, "check_functions", lambda self, *a: checked.append(self.nu))
+    group = {"impl": "teng_eq.equations.burgers:Burgers", "name": "burgers", "nu": 0.00731,
+             "lengths": [2 * math.pi, 2 * math.pi], "initial_condition": "paper2d"}
+    for nu in (0.00731, 0.00731, 0.00732, 0.00731):
+        assert build_equation({**group, "nu": nu}).nu == nu
+    assert checked == [0.00731, 0.00732]

@@ -55,6 +55,12 @@ def array_module(x):
     return jnp if isinstance(x, jax.Array) else np
 
 
+#: The equations whose functions passed :meth:`Equation.check_functions` in this process:
+#: the check compiles each function (about 2 s an equation on 2 cores), and a sweep, a
+#: search or the test suite builds the same equation again and again.
+_CHECKED: set[tuple[str | None, Equation]] = set()
+
+
 class Equation(eqx.Module):
     """``∂ₜu = L[u]`` on its :attr:`domain`, from the initial condition
     ``initial_conditions[initial_condition]``; by default ``L[u] = ν Δu + N(u, ∇u)``.
@@ -101,7 +107,15 @@ class Equation(eqx.Module):
         class that does not run as a run runs it (:meth:`check_functions`), raises a
         one-line :class:`~teng_eq.errors.ConfigError`."""
         equation = options_from(cls, group, "equation")
-        equation.check_functions("equation", impl)
+        key = (impl, equation)  # its class and fields decide what the check finds
+        try:
+            seen = key in _CHECKED
+        except TypeError:  # a field that does not hash (an array): checked every time
+            seen, key = False, None
+        if not seen:
+            equation.check_functions("equation", impl)
+            if key is not None:
+                _CHECKED.add(key)
         return equation
 
     def check_functions(self, prefix: str, impl: str | None = None) -> None:
