@@ -200,14 +200,10 @@ def test_the_series_reference_of_a_box_operator_matches_the_operator():
     np.testing.assert_allclose(operator(eq, jax.vmap(eq.u0), pts), eq.nu * lap, rtol=1e-12, atol=1e-12)
 
 
-#: The squares on 48² nodes to T = 1 take 230–360 s each on 2 cores (2026-12-02): by hand.
-_BY_HAND = pytest.mark.manual
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "grid"), [pytest.param("heat_box_dirichlet", 48, marks=_BY_HAND),
-                                            pytest.param("heat_box_neumann", 48, marks=_BY_HAND),
-                                            pytest.param("heat_box_moving", 48, marks=_BY_HAND),
+@pytest.mark.slow  # the squares on 48² nodes: minutes each (docs/claims.md), by hand
+@pytest.mark.parametrize(("name", "grid"), [pytest.param("heat_box_dirichlet", 48, marks=pytest.mark.manual),
+                                            pytest.param("heat_box_neumann", 48, marks=pytest.mark.manual),
+                                            pytest.param("heat_box_moving", 48, marks=pytest.mark.manual),
                                             ("heat_line_robin", 32)])
 def test_heat_with_sides_reaches_1e_6_at_t_1(name, grid, cache_dir):
     """The acceptance runs (docs/guides/boundaries.md, "Measured"): TENG-RK4 at the presets' Δt, to T = 1:

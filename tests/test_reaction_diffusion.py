@@ -124,7 +124,7 @@ def test_a_brusselator_run_meets_its_reference(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.manual  # 800 steps and θ₀ on 32²: about 400 s on 2 cores (2026-12-02), by hand
+@pytest.mark.manual  # 800 steps and θ₀ on 32²: too long beside CI's other slow cases (docs/claims.md)
 def test_the_brusselator_preset_reaches_its_documented_error(tmp_path):
     """``equation=brusselator`` at its CPU default (TENG-Heun, 32², Δt 0.005, T = 4, the
     spots formed): the Systems guide's row (measured global 5.7e-6, 1.8e-5 at T, u the

@@ -56,8 +56,8 @@ def array_module(x):
 
 
 #: The equations whose functions passed :meth:`Equation.check_functions` in this process:
-#: the check compiles each function (about 2 s an equation on 2 cores), and a sweep, a
-#: search or the test suite builds the same equation again and again.
+#: the check compiles each function, and a sweep, a search or the test suite builds the
+#: same equation again and again.
 _CHECKED: set[tuple[str | None, Equation]] = set()
 
 
