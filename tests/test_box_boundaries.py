@@ -239,3 +239,37 @@ def test_the_imposed_ansatz_holds_its_data_and_keeps_the_factored_jacobian():
     np.testing.assert_allclose(u, space.apply(space.flatten(imposed), pts), atol=1e-14)
     np.testing.assert_allclose((Gt[gcol] * Ht[hcol]).T, jax.jacfwd(space.apply)(space.flatten(imposed), pts),
                                atol=1e-13)
+
+
+def test_the_density_plot_draws_each_side_and_the_fields_at_their_nodes(tmp_path, monkeypatch):
+    """On a box's Gauss–Legendre grid each panel is a colour mesh on the nodes themselves (an
+    image would place them evenly), holding its field; every panel draws the four sides, in
+    the style of their kind, and the legend names the kinds once."""
+    from helpers.figures import assert_saved, keep_figures
+
+    from teng_eq.analysis import plots
+
+    figures = keep_figures(monkeypatch)
+    ev = MIXED.evaluation(12)
+    x, y = np.asarray(ev.points).T
+    u = np.sin(x) * y
+    snaps = {n: (u * (1 + 1e-3 * n), u) for n in (0, 1)}
+    path = plots.density(tmp_path / "d.png", snaps, [0.0, 0.1], ev, title="box", edges=MIXED.edges())
+    (fig,) = figures
+    panels = fig.axes[:6]  # rows reference, TENG, difference; columns steps 0 and 1 (then the colour bars)
+    expected = [u, u, u, u * 1.001, 0 * u, 1e-3 * u]
+    for ax, want in zip(panels, expected, strict=True):
+        mesh = ax.collections[0]
+        np.testing.assert_allclose(np.asarray(mesh.get_array()).ravel(), want.reshape(12, 12).T.ravel(),
+                                   rtol=0, atol=1e-15)
+        lines = {(tuple(np.round(line.get_xdata(), 12)), tuple(np.round(line.get_ydata(), 12))):
+                 line.get_linestyle() for line in ax.lines}
+        assert lines == {((-1.0, -1.0), (0.5, 2.0)): "-", ((1.0, 1.0), (0.5, 2.0)): "--",
+                         ((-1.0, 1.0), (0.5, 0.5)): "-.", ((-1.0, 1.0), (2.0, 2.0)): "-"}
+    # The mesh's cells are centred on the nodes (nearest shading): its corners bracket them.
+    corners = panels[0].collections[0].get_coordinates()
+    nodes = np.unique(x)
+    np.testing.assert_array_less(corners[0, :-1, 0], nodes)
+    np.testing.assert_array_less(nodes, corners[0, 1:, 0])
+    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["dirichlet", "neumann", "robin"]
+    assert_saved(path, fig, dpi=90)

@@ -238,7 +238,8 @@ def test_disk_save_npz_and_script(tmp_path, disk):
 
 def test_density_plot_on_the_disk(tmp_path, disk, monkeypatch):
     """On scattered points the panels are colour maps on the disk's own points: each
-    panel's data is its field at the evaluation points, in their order."""
+    panel's data is its field at the evaluation points, in their order, and the circle
+    is drawn on each."""
     from teng_eq.analysis import plots
 
     figures = keep_figures(monkeypatch)
@@ -246,12 +247,17 @@ def test_density_plot_on_the_disk(tmp_path, disk, monkeypatch):
     x = np.asarray(ev.points).T
     u0 = disk.u0(x)
     snaps = {n: (u0 * (1 + 1e-3 * n), u0) for n in (0, 1)}
-    path = plots.density(tmp_path / "d.png", snaps, [0.0, 0.1], ev, title="heat_disk")
+    path = plots.density(tmp_path / "d.png", snaps, [0.0, 0.1], ev, title="heat_disk",
+                         edges=disk.domain.edges())
     (fig,) = figures
     panels = [ax.collections[0] for ax in fig.axes[:6]]  # rows reference, TENG, difference
     expected = [u0, u0, u0, u0 * 1.001, 0 * u0, 1e-3 * u0]
     for panel, want in zip(panels, expected, strict=True):
         np.testing.assert_allclose(panel.get_array(), want, rtol=0, atol=1e-15)
+    for ax in fig.axes[:6]:  # the circle, closed, drawn as a Dirichlet side
+        (line,) = ax.lines
+        np.testing.assert_allclose(np.hypot(line.get_xdata(), line.get_ydata()), 1.0, rtol=1e-15)
+        assert line.get_xydata()[0].tolist() == line.get_xydata()[-1].tolist() and line.get_linestyle() == "-"
     assert_saved(path, fig, dpi=90)
 
 

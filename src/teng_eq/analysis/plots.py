@@ -83,18 +83,25 @@ def loss_iterations(path: Path, table, steps, step_loss=None, step_times=None, t
     return Path(path)
 
 
-def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
+#: How a side of each kind is drawn on a density panel (:meth:`~teng_eq.domains.base.Domain.edges`).
+EDGE_STYLES = {"dirichlet": "-", "neumann": "--", "robin": "-."}
+
+
+def density(path: Path, snapshots, times, evaluation, title: str = "", edges=()) -> Path:
     """Reference, TENG and their difference as density plots at a few times (paper Fig.
     burgers_color); ``snapshots`` maps step → (TENG, reference), each the values at the
     points of ``evaluation`` (the equation's :class:`~teng_eq.domains.quadrature.Quadrature`); a
     reference None (the run has none): TENG's row alone.
 
-    On a 2-D grid (``evaluation.grid_shape``) the fields are images; on a 3-D grid, the
-    slice through the middle of the last axis; on scattered 2-D points (the disk), a
-    triangulated colour map on the domain. Each row shares one colour scale (the
-    difference's symmetric about 0), so the times compare at a glance."""
+    On a 2-D grid (``evaluation.grid_shape``) the fields are images (a grid of unequal
+    spacing, a box's Gauss–Legendre nodes, a colour mesh on the nodes themselves, so that
+    a value is drawn where it is); on a 3-D grid, the slice through the middle of the last
+    axis; on scattered 2-D points (the disk), a triangulated colour map on the domain. Each
+    row shares one colour scale (the difference's symmetric about 0), so the times compare
+    at a glance. ``edges`` (the domain's :meth:`~teng_eq.domains.base.Domain.edges`) are
+    drawn on every panel, one line style per kind of condition (:data:`EDGE_STYLES`)."""
     steps, points, shape = sorted(snapshots), np.asarray(evaluation.points), evaluation.grid_shape
-    cut, extent, where = _section(points, shape)
+    cut, extent, where, mesh = _section(points, shape)
     has_ref = snapshots[steps[0]][1] is not None
     fields = {n: (cut(snapshots[n][1]) if has_ref else None, cut(snapshots[n][0])) for n in steps}
     shown = [f[0] if has_ref else f[1] for f in fields.values()]
@@ -110,16 +117,27 @@ def density(path: Path, snapshots, times, evaluation, title: str = "") -> Path:
         ref, teng = fields[n]
         for row, field in enumerate((ref, teng, teng - ref) if has_ref else (teng,)):
             ax = axes[row, col]
-            if shape is not None:
+            if mesh is not None:
+                image = ax.pcolormesh(*mesh, field, shading="nearest", **scales[row])
+                ax.set_aspect("equal")
+            elif shape is not None:
                 image = ax.imshow(field, origin="lower", extent=extent, aspect="equal", **scales[row])
             else:
                 image = ax.tripcolor(points[:, 0], points[:, 1], field, shading="gouraud", **scales[row])
                 ax.set_aspect("equal")
             if col == len(steps) - 1:
                 images.append(image)
+            for kind, line in edges:  # the frame off: it would hide a dashed side under it
+                ax.plot(line[:, 0], line[:, 1], EDGE_STYLES[kind], color="k", lw=1.5, label=kind,
+                        clip_on=False)
+                ax.set_frame_on(False)
             ax.set_xticks([])
             ax.set_yticks([])
         axes[0, col].set_title(f"t = {times[n]:.4g}")
+    if edges:
+        handles, labels_ = axes[0, 0].get_legend_handles_labels()
+        kinds = dict(zip(labels_, handles))
+        fig.legend(kinds.values(), kinds.keys(), loc="upper left", ncol=len(kinds), fontsize=7, frameon=False)
     for row, label in enumerate(labels):
         axes[row, 0].set_ylabel(label)
         fig.colorbar(images[row], ax=list(axes[row]), fraction=0.03, pad=0.02,
@@ -190,12 +208,13 @@ def line_fields(path: Path, snapshots, times, evaluation, title: str = "") -> Pa
 
 
 def _section(points: np.ndarray, shape):
-    """What a density panel shows of values on ``points``: ``(cut, extent, where)``, the
+    """What a density panel shows of values on ``points``: ``(cut, extent, where, mesh)``, the
     values as an image (a 2-D grid; a 3-D grid's middle slice of its last axis, ``where``
-    it lies), at most ~128 points a side (a panel is ~250 px wide), and its extent; on
-    scattered points (``shape`` None) the values as they are."""
+    it lies), at most ~128 points a side (a panel is ~250 px wide), its extent, and where
+    the grid's spacing is not uniform the shown nodes' coordinates ``(x₁, x₂)`` (else None);
+    on scattered points (``shape`` None) the values as they are."""
     if shape is None:
-        return np.asarray, None, ""
+        return np.asarray, None, "", None
     if len(shape) not in (2, 3):
         raise ValueError(f"density plots need a 2-D or 3-D grid, got {shape}")
     grid = points.reshape(*shape, points.shape[1])
@@ -207,8 +226,10 @@ def _section(points: np.ndarray, shape):
         return np.asarray(values).reshape(shape)[pick].T
 
     xy = grid[pick]
+    x, y = xy[:, 0, 0], xy[0, :, 1]
+    uniform = all(np.ptp(np.diff(c)) <= 1e-9 * np.ptp(c) for c in (x, y))
     return cut, (float(xy[..., 0].min()), float(xy[..., 0].max()), float(xy[..., 1].min()),
-                 float(xy[..., 1].max())), where
+                 float(xy[..., 1].max())), where, None if uniform else (x, y)
 
 
 def _palette(series) -> dict[str, str]:

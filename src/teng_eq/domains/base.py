@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.domains.quadrature import Quadrature
@@ -130,6 +131,11 @@ class Domain(eqx.Module):
         axis ``(a, L, lower end Dirichlet, upper end Dirichlet)`` and the data's constant; None
         where the boundary rows alone enforce them (here)."""
         return None
+
+    def edges(self, m: int = 200) -> tuple[tuple[str, np.ndarray], ...]:
+        """Where the boundary lies in the (x₁, x₂) plane, for figures: each part's ``kind``
+        and ``(k, 2)`` points along it in order (``m`` on a curve); none here."""
+        return ()
 
     def describe(self) -> dict:
         """What θ₀'s cache key needs of the domain beyond the equation's fields (e.g. its

@@ -256,6 +256,22 @@ class BoxDomain(Domain):
                      for d, (a, length) in enumerate(zip(self.origin, self.lengths)))
         return axes, float(values.pop())
 
+    def edges(self, m: int = 200) -> tuple[tuple[str, np.ndarray], ...]:
+        """The bounded sides of the first two axes (the plane a figure shows; on a line none),
+        each a segment from corner to corner."""
+        if self.dim < 2:
+            return ()
+        edges = []
+        for axis, end, part in self.sides():
+            if axis > 1:
+                continue
+            other = 1 - axis
+            segment = np.zeros((2, 2))
+            segment[:, axis] = self.coordinate(axis, end)
+            segment[:, other] = self.coordinate(other, 0), self.coordinate(other, 1)
+            edges.append((part.kind, segment))
+        return tuple(edges)
+
     def describe(self) -> dict:
         rule = "gauss-legendre (n) on bounded axes, uniform (n) on periodic ones, + n^(d-1) on each side"
         return {"domain": "box", "quadrature": rule}

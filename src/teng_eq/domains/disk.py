@@ -91,6 +91,10 @@ class UnitDisk(Domain):
         points = jnp.asarray(circle_points(m, 0.5))
         return Quadrature(points, 2 * math.pi / m, flux=FluxRows(points, jnp.ones(m), jnp.zeros(m)))
 
+    def edges(self, m: int = 200) -> tuple[tuple[str, np.ndarray], ...]:
+        """The circle, closed."""
+        return (("dirichlet", circle_points(m)[np.r_[0:m, 0]]),)
+
     def describe(self) -> dict:
         return {"domain": "unit_disk",
                 "quadrature": "gauss-legendre r (n) x trapezoid theta (n) + n on the circle"}

@@ -5,6 +5,7 @@ config, the loss table, θ and the plots (:func:`log_artifacts`, whose snapshots
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import tempfile
@@ -159,8 +160,10 @@ def _write_artifacts(run: tracking.RunLogger, cfg: DictConfig, run_cfg, result: 
         for png in ("error.png", "loss_iterations.png"):
             run.artifact(tmp / png, "plots")
         if result.snapshots:
-            draw = plots.line_fields if run_cfg.equation.dim == 1 else plots.density
-            evaluation = run_cfg.equation.evaluation(run_cfg.eval_grid)
+            eq = run_cfg.equation
+            draw = plots.line_fields if eq.dim == 1 else functools.partial(plots.density,
+                                                                           edges=eq.domain.edges())
+            evaluation = eq.evaluation(run_cfg.eval_grid)
             for suffix, snapshots, points in plots.by_component(result.snapshots, evaluation):
                 draw(tmp / f"density{suffix}.png", snapshots, result.times, points,
                      title=name + suffix.replace("_", " "))
