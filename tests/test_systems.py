@@ -262,3 +262,20 @@ def test_the_exact_fourier_reference_of_a_linear_system_is_the_standing_waves():
         np.testing.assert_allclose(sol.values(k, 24), exact, rtol=0, atol=1e-13)
     np.testing.assert_allclose(sol.values_at(0.7, 24), np.concatenate(eq.solution(x, 0.7)), rtol=0,
                                atol=1e-13)
+
+
+def test_a_component_whose_reference_is_zero_is_measured_against_the_whole_state():
+    """``rel_l2/<c>`` divides by the component's own reference norm, or, where that reference is
+    0 everywhere (a v₀ = 0), by the whole state's: a finite number, not 0/0."""
+    import types
+
+    from teng_eq.run.loop import Meter
+
+    space = types.SimpleNamespace
+    meter = space(cfg=space(equation=space(components=("u", "v"))), weights=0.5,
+                  program=space(invariants=None))
+    ref = np.array([3.0, 4.0, 0.0, 0.0])  # u's reference (3, 4), v's 0
+    u = np.array([3.0, 4.3, 0.1, -0.2])
+    out = Meter.per_component(meter, u, ref, None)
+    assert out["rel_l2/u"] == pytest.approx(0.3 / 5.0, rel=1e-14)
+    assert out["rel_l2/v"] == pytest.approx(math.sqrt(0.05) / 5.0, rel=1e-14)

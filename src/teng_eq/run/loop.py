@@ -76,15 +76,18 @@ class Meter:
         return out, time.perf_counter() - start
 
     def per_component(self, u, ref, state) -> dict[str, float]:
-        """A system's ``rel_l2/<component>`` (against the reference) and ``drift/<name>`` of each
-        invariant it declares, ``|I(t) − I(0)| / |I(0)|`` with I(0) θ₀'s."""
+        """A system's ``rel_l2/<component>`` (against the reference; a component whose reference
+        is 0 everywhere, e.g. a v₀ = 0, relative to the whole reference instead) and
+        ``drift/<name>`` of each invariant it declares, ``|I(t) − I(0)| / |I(0)|`` with I(0) θ₀'s."""
         out = {}
         if ref is not None:
             names = self.cfg.equation.components
             w = np.broadcast_to(np.asarray(self.weights, np.float64), u.shape).reshape(len(names), -1)
-            for name, ui, ri, wi in zip(names, u.reshape(len(names), -1), ref.reshape(len(names), -1), w):
-                err_sq, ref_sq = squared_norms(ui, ri, wi)
-                out[f"rel_l2/{name}"] = float(np.sqrt(err_sq / ref_sq))
+            parts = [squared_norms(ui, ri, wi) for ui, ri, wi in
+                     zip(u.reshape(len(names), -1), ref.reshape(len(names), -1), w)]
+            whole = sum(ref_sq for _, ref_sq in parts)
+            for name, (err_sq, ref_sq) in zip(names, parts):
+                out[f"rel_l2/{name}"] = float(np.sqrt(err_sq / (ref_sq if ref_sq > 0 else whole)))
         if self.program.invariants is not None:
             for name, value in self.program.invariants(state).items():
                 start = self.program.invariants0[name]
