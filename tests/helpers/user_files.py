@@ -103,12 +103,28 @@ class RotDiff(PeriodicSystem):
     def operator(self, u, t):
         return (self.kappa * u["u"].lap - self.omega * u["v"].value,
                 self.kappa * u["v"].lap + self.omega * u["u"].value)
+
+    def stiff(self, u, t):
+        """The diffusion κΔ of each component, for the IMEX steppers (the rotation explicit)."""
+        return self.kappa * u["u"].lap, self.kappa * u["v"].lap
+
+
+class ExactRotDiff(RotDiff):
+    """RotDiff from ``wave`` with its exact solution: w = u + iv solves w_t = κ w_xx + iω w, and
+    w₀ = e^{ix} − 0.3i e^{2ix}, so w = e^{iωt}(e^{−κt} e^{ix} − 0.3i e^{−4κt} e^{2ix})."""
+
+    def solution(self, x, t):
+        xp = jnp if isinstance(x, jax.Array) else np
+        one, two = np.exp(-self.kappa * t), 0.3 * np.exp(-4 * self.kappa * t)
+        a, b = x[0] + self.omega * t, 2 * x[0] + self.omega * t
+        return one * xp.cos(a) + two * xp.sin(b), one * xp.sin(a) - two * xp.cos(b)
 '''
 
 
 def write_user_system(folder: Path, module: str = "my_system") -> Path:
     """``folder/<module>.py`` holding ``RotDiff``, a two-component system on a line in the
-    operator form (no reference: the run's estimate is its error measure)."""
+    operator form with its diffusion as its stiff part (no reference: the run's estimate is
+    its error measure), and ``ExactRotDiff``, the same with its exact solution from ``wave``."""
     path = Path(folder) / f"{module}.py"
     path.write_text(SYSTEM_MODULE)
     return path

@@ -104,6 +104,20 @@ def matrix_symbol(rows, k2) -> np.ndarray:
                      for row in rows])
 
 
+def on_rows(system, operator: Callable, fn, points: Float[Array, "n dim+1"], t,
+            vector=None) -> Float[Array, " n"]:
+    """Component c of ``operator`` (the system's L, or its stiff part S: a callable of a
+    :class:`SystemField` and t returning one array per component) at each row ``(x, c)``:
+    as :meth:`PeriodicSystem.operator_rows`."""
+    x, index = points[:, :-1], points[:, -1]
+    if vector is None:
+        def vector(p):
+            column = jnp.ones((p.shape[0], 1), p.dtype)
+            return jnp.stack([fn(jnp.concatenate([p, c * column], axis=1))
+                              for c in range(system.outputs)], 1)
+    return select(operator(system.fields(vector, x), t), index)
+
+
 class PeriodicSystem(PeriodicBox):
     """A system on the periodic box: ``components`` names, ``operator(u, t)`` on a
     :class:`SystemField` returning one array per component, initial conditions (and the
@@ -167,9 +181,20 @@ class PeriodicSystem(PeriodicBox):
         densities = self.invariants(self.fields(jax.vmap(vector), grid.points))
         return {name: grid.weights * jnp.sum(q) for name, q in densities.items()}
 
-    def stiff(self, u, t):
-        raise NotImplementedError(f"{type(self).__name__} is a system: "
-                                  "the IMEX steppers take scalar equations")
+    def stiff(self, u: SystemField, t):
+        """``(S₁[u], …, S_m[u])``, the part of L that IMEX steppers take implicitly
+        (:mod:`teng_eq.stepping.implicit`): by default the short form's ``νᵢ Δuᵢ`` per
+        component; a system in the operator form declares its own (linear, constant
+        coefficients: the stages solve it per wave vector) or has none."""
+        if not self.short_form:
+            raise NotImplementedError(f"{type(self).__name__} writes its own operator and declares no "
+                                      "stiff(u, t) part for the IMEX steppers")
+        return tuple(nu * u[i].lap for i, nu in enumerate(self.nu))
+
+    @property
+    def has_stiff(self) -> bool:
+        """Whether the system has a stiff part S: its own ``stiff``, or the short form's."""
+        return type(self).stiff is not PeriodicSystem.stiff or self.short_form
 
     # --- the rows (x, c) -------------------------------------------------------------
 
@@ -201,13 +226,7 @@ class PeriodicSystem(PeriodicBox):
         """Component c of L at each row ``(x, c)`` of ``points``: the operator on every
         component at the rows' x (``vector``: every component of fn at spatial points, or
         built from ``fn`` on the rows ``(x, c)``, one pass per component)."""
-        x, index = points[:, :-1], points[:, -1]
-        if vector is None:
-            def vector(p):
-                column = jnp.ones((p.shape[0], 1), p.dtype)
-                return jnp.stack([fn(jnp.concatenate([p, c * column], axis=1))
-                                  for c in range(self.outputs)], 1)
-        return select(self.operator(self.fields(vector, x), t), index)
+        return on_rows(self, self.operator, fn, points, t, vector)
 
     def check_functions(self, prefix: str, impl: str | None = None) -> None:
         """The checks of :meth:`~teng_eq.equations.Equation.check_functions` for a system: u₀, ``solution``,
@@ -264,4 +283,4 @@ class PeriodicSystem(PeriodicBox):
         return [checked_values(key, f"{where}[{name!r}]", what, n, v) for name, v in zip(names, out)]
 
 
-__all__ = ["Component", "PeriodicSystem", "SystemField", "matrix_symbol", "select"]
+__all__ = ["Component", "PeriodicSystem", "SystemField", "matrix_symbol", "on_rows", "select"]

@@ -212,15 +212,17 @@ class SystemTransport(Transport):
         return jnp.max(jnp.linalg.eigvalsh((lam + jnp.conj(jnp.swapaxes(lam, -1, -2))) / 2))
 
     def _fft(self, v: np.ndarray) -> np.ndarray:
-        m = self.components
-        return np.fft.fftn(np.reshape(v, (m, *self.shape)),
+        """Each component's spectrum, (m, n): on the host for a NumPy v, traced for a JAX one."""
+        m, xp = self.components, jnp if isinstance(v, jax.Array) else np
+        return xp.fft.fftn(xp.reshape(v, (m, *self.shape)),
                            axes=tuple(range(1, 1 + len(self.shape)))).reshape(m, -1)
 
     def _apply_hat(self, a: np.ndarray, v_hat: np.ndarray) -> np.ndarray:
-        axes = tuple(range(1, 1 + len(self.shape)))
-        d = np.stack([np.fft.ifftn(np.reshape(s * v_hat, (self.components, *self.shape)), axes=axes).real
+        """(L′ e)ᵢ = Σⱼ Σ_α a_{ijα} ∂^α eⱼ from e's spectra ``v_hat`` (m, n), on the rows."""
+        axes, xp = tuple(range(1, 1 + len(self.shape))), jnp if isinstance(v_hat, jax.Array) else np
+        d = xp.stack([xp.fft.ifftn(xp.reshape(s * v_hat, (self.components, *self.shape)), axes=axes).real
                       .reshape(self.components, -1) for s in self.symbols])  # ∂^α e_j: (alphas, m, n)
-        return np.einsum("ijan,ajn->in", np.asarray(a), d).ravel()
+        return xp.einsum("ijan,ajn->in", xp.asarray(a), d).ravel()
 
     def propagate(self, e: np.ndarray, defect: np.ndarray, a: np.ndarray, h: float) -> np.ndarray:
         m = self.components

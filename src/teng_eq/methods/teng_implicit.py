@@ -13,7 +13,7 @@ from teng_eq.config.options import at_least
 from teng_eq.domains.bounded import BoxDomain
 from teng_eq.equations import Equation
 from teng_eq.errors import bad
-from teng_eq.estimate.transport import Transport
+from teng_eq.estimate.transport import SystemTransport, Transport
 from teng_eq.methods.base import Problem
 from teng_eq.methods.teng import TENG
 from teng_eq.stepping.implicit import BoxStage, ImplicitStage, ImplicitTENGStep, box_solve, constant_symbol
@@ -22,9 +22,10 @@ from teng_eq.stepping.tableau import DIRK_TABLEAUS, Tableau
 
 class ImplicitTENG(TENG):
     """TENG with a diagonally implicit (``beuler``, ``cn``, ``sdirk2``, ``sdirk3``, ``sdirk4``) or IMEX
-    (``imex_euler``, ``ars222``) ``integrator`` (:data:`teng_eq.stepping.tableau.DIRK_TABLEAUS`)."""
+    (``imex_euler``, ``ars222``) ``integrator`` (:data:`teng_eq.stepping.tableau.DIRK_TABLEAUS`), on a
+    scalar equation or a periodic system (its stages solved per wave vector for all components)."""
 
-    systems = False  # its stages' function-space steps act on one field's grid (Fourier, or a box's nodes)
+    systems = True  # a periodic system's stages: an m × m symbol per wave vector (ImplicitStage)
 
     @dataclasses.dataclass(frozen=True)
     class Options(TENG.Options):
@@ -58,6 +59,9 @@ class ImplicitTENG(TENG):
         if options.FAMILY[options.integrator].imex is not None and not _has_stiff_part(eq):
             raise bad("equation", eq.name, f"method {name} is IMEX and it declares no stiff(u, t) part "
                       "(the short form's νΔu is one; an operator of its own form must declare it)")
+        if box and eq.components:
+            raise bad("equation", eq.name, f"method {name} solves a system's stages on a periodic grid, "
+                      "and it is a system on a box with sides")
         if box:
             imex = options.FAMILY[options.integrator].imex is not None
             try:
@@ -74,11 +78,14 @@ class ImplicitTENG(TENG):
         if isinstance(eq.domain, BoxDomain):
             stage = BoxStage(solver, eq, box_solve(eq, imex, quadrature.grid_shape[0]), imex=imex)
             return ImplicitTENGStep(stage=stage, **shared)
-        transport = Transport(eq.periods, quadrature.grid_shape, eq.order)
+        transport = (SystemTransport(eq.periods, quadrature.grid_shape, eq.order, len(eq.components))
+                     if eq.components else Transport(eq.periods, quadrature.grid_shape, eq.order))
         stage = ImplicitStage(solver, eq, transport, options.newton, imex=imex,
                               symbol=constant_symbol(eq, imex, transport, quadrature.points))
         return ImplicitTENGStep(stage=stage, **shared)
 
 
 def _has_stiff_part(eq) -> bool:
+    if eq.components:
+        return eq.has_stiff
     return type(eq).stiff is not Equation.stiff or type(eq).operator is Equation.operator

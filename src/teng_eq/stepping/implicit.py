@@ -40,7 +40,8 @@ import lineax as lx
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from teng_eq.equations import Equation, network_operator, operator
+from teng_eq.equations import Equation, network_operator
+from teng_eq.equations.system import on_rows, select
 from teng_eq.estimate.transport import Transport
 from teng_eq.fit.stage import StageSolver
 from teng_eq.stepping.base import Step
@@ -77,6 +78,14 @@ class ImplicitStage(eqx.Module):
     The stage's value on the nodes is the last u⁺ (what the fit aimed at), from which its
     slope ``k = (u⁺ − r)/h`` is taken: the fit's own error never enters a later stage
     divided by h.
+
+    **Systems** (m components, the rows ``(x, c)`` component after component, as explicit
+    TENG's fits see them): F′ couples the components, ``(F′v)ᵢ = Σⱼ Σ_α a_{ijα}(x) ∂^α vⱼ``
+    (:class:`~teng_eq.estimate.transport.SystemTransport`), so Λ(k) is an m × m matrix per wave
+    vector and (I − hΛ(k))⁻¹ acts on each mode's m values (rotating diffusion:
+    Λ = [[−κ|k|², −ω], [ω, −κ|k|²]]; an IMEX stiff part νᵢΔuᵢ: diagonal); the chord's GMRES
+    runs on the stacked components, preconditioned by the matrix symbol of the mean
+    coefficients. The stage's fit is TENG's own on every row at once.
     """
 
     solver: StageSolver
@@ -92,12 +101,17 @@ class ImplicitStage(eqx.Module):
         """The operator the stages take implicitly: S (IMEX) or L."""
         return implicit_operator(self.equation, self.imex)
 
+    @property
+    def components(self) -> int:
+        """m, a system's components (0 for a scalar equation)."""
+        return len(self.equation.components)
+
     def implicit_part(self, theta, t):
         """F[u_θ] on the nodes: the equation's stiff part S under IMEX, else L (spectrally on
         the grid values where F is linear with constant coefficients: class docstring)."""
         if self.symbol is not None:
             return self.multiply(self.symbol, self.solver.values(theta))
-        return operator(self.part, lambda p: self.solver.space.apply(theta, p), self.solver.points, t)
+        return network_operator(self.part, self.solver.space, theta, self.solver.points, t)
 
     def explicit_part(self, theta, t):
         """N[u_θ] = L[u_θ] − S[u_θ] on the nodes (IMEX; S on the network here, as N's own part)."""
@@ -108,18 +122,42 @@ class ImplicitStage(eqx.Module):
         return self.solver.norm2(r)
 
     def interpolate(self, values, points):
-        """The stage's grid ``values`` at ``points``: trigonometric (:func:`interpolate`)."""
-        return interpolate(values, self.transport.shape, self.equation.periods, points)
+        """The stage's grid ``values`` at ``points``: trigonometric (:func:`interpolate`); a
+        system's component c at its rows ``(x, c)``."""
+        shape, periods, m = self.transport.shape, self.equation.periods, self.components
+        if not m:
+            return interpolate(values, shape, periods, points)
+        each = values.reshape(m, -1)
+        return select([interpolate(v, shape, periods, points[:, :-1]) for v in each], points[:, -1])
 
     def multiply(self, factor, values):
-        """The Fourier multiplier ``factor`` (on the grid's wave numbers) applied to grid ``values``."""
+        """The Fourier multiplier ``factor`` (on the grid's wave numbers) applied to grid
+        ``values``: a number per wave vector, or a system's m × m matrix (m, m, n) acting on
+        each mode's m values."""
         shape = self.transport.shape
-        return jnp.fft.ifftn(jnp.fft.fftn(values.reshape(shape)) * factor.reshape(shape)).real.ravel()
+        if factor.ndim == 1:
+            return jnp.fft.ifftn(jnp.fft.fftn(values.reshape(shape)) * factor.reshape(shape)).real.ravel()
+        m, axes = self.components, tuple(range(1, 1 + len(shape)))
+        hat = jnp.fft.fftn(values.reshape(m, *shape), axes=axes).reshape(m, -1)
+        return jnp.fft.ifftn(jnp.einsum("ijn,jn->in", factor, hat).reshape(m, *shape), axes=axes).real.ravel()
+
+    def resolvent(self, h, symbol):
+        """(I − hΛ(k))⁻¹ on the grid's wave numbers: 1/(1 − hΛ), or a system's inverse matrices."""
+        if symbol.ndim == 1:
+            return 1.0 / (1.0 - h * symbol)
+        blocks = jnp.eye(self.components) - h * jnp.moveaxis(symbol, -1, 0)  # (n, m, m)
+        return jnp.moveaxis(jnp.linalg.inv(blocks), 0, -1)
+
+    def network(self, theta) -> Callable:
+        """u_θ as the linearisation reads it: at the rows (a scalar), every component at spatial points."""
+        space = self.solver.space
+        return (lambda p: space.vector(theta, p)) if self.components else (lambda p: space.apply(theta, p))
 
     def chord(self, a: Float[Array, "alphas n"], h, structure) -> Callable:
         """r ↦ (I − hF′)⁻¹ r for F′ = Σ_α a_α ∂^α on the grid (``structure``: r's shape and
-        dtype) by GMRES, preconditioned by the Fourier multiplier (I − hΛ̄)⁻¹."""
-        inverse = 1.0 / (1.0 - h * self.transport.symbol(a)[0])
+        dtype; a system's a: (m, m, alphas, n), r its rows) by GMRES, preconditioned by the
+        Fourier multiplier (I − hΛ̄)⁻¹."""
+        inverse = self.resolvent(h, self.transport.symbol(a)[0])
         matrix = lx.FunctionLinearOperator(lambda v: v - h * self.transport.apply(a, v), structure)
         preconditioner = lx.FunctionLinearOperator(lambda v: self.multiply(inverse, v), structure)
         gmres = lx.GMRES(rtol=1e-10, atol=1e-14, max_steps=200)
@@ -136,11 +174,11 @@ class ImplicitStage(eqx.Module):
         :class:`~teng_eq.fit.stage.StageLog` per fit and the relative residual ‖u_θ − hF[u_θ] − r‖²/‖r‖²
         before the last fit (0 where F is a multiplier: u⁺ solves the stage exactly)."""
         if self.symbol is not None:
-            target = self.multiply(1.0 / (1.0 - h * self.symbol), rhs)
+            target = self.multiply(self.resolvent(h, self.symbol), rhs)
             theta, log = self.solver.stage(theta, target, key, iters[0], n_first, n_rest)
             return theta, target, [log], jnp.zeros((), rhs.dtype)
         space, points = self.solver.space, self.solver.points
-        a = self.transport.coefficients(self.part, lambda p: space.apply(theta, p), points, t)
+        a = self.transport.coefficients(self.part, self.network(theta), points, t)
         correction = self.chord(a, h, jax.ShapeDtypeStruct(rhs.shape, rhs.dtype))
         logs, keys = [], jax.random.split(key, self.newton)
         for m in range(self.newton):
@@ -156,8 +194,8 @@ class ImplicitStage(eqx.Module):
 def explicit_rest(equation: Equation, part, solver: StageSolver, theta, t):
     """N[u_θ] = L[u_θ] − S[u_θ] on the solver's points, S = ``part`` on the network."""
     points = solver.points
-    return network_operator(equation, solver.space, theta, points, t) - operator(
-        part, lambda p: solver.space.apply(theta, p), points, t)
+    return network_operator(equation, solver.space, theta, points, t) - network_operator(
+        part, solver.space, theta, points, t)
 
 
 class BoxStage(eqx.Module):
@@ -226,9 +264,12 @@ def constant_symbol(equation: Equation, imex: bool, transport: Transport, points
     point. For a linear F they do not depend on u: taken at u = 0, once, on the host."""
     if not ((imex or equation.linear) and equation.autonomous):
         return None
-    a = np.asarray(transport.coefficients(implicit_operator(equation, imex),
-                                          lambda p: jnp.zeros(p.shape[0], p.dtype), jnp.asarray(points), 0.0))
-    mean = a.mean(axis=1, keepdims=True)
+    m = len(equation.components)
+    def zero(p):  # u = 0: a system's every component at spatial points, a scalar's at the rows
+        return jnp.zeros((p.shape[0], m) if m else p.shape[0], p.dtype)
+
+    a = np.asarray(transport.coefficients(implicit_operator(equation, imex), zero, jnp.asarray(points), 0.0))
+    mean = a.mean(axis=-1, keepdims=True)
     if np.max(np.abs(a - mean)) > 1e-12 * max(1.0, np.max(np.abs(mean))):
         return None
     return jnp.asarray(transport.symbol(a)[0])
@@ -275,15 +316,21 @@ def interpolate(values: Float[Array, " n"], shape: tuple[int, ...], periods, poi
 
 
 class _StiffPart:
-    """An equation's ``stiff`` part S as an operator (for :func:`~teng_eq.equations.base.operator`)."""
-
-    components = ()  # a scalar equation's: the IMEX steps take no system
+    """An equation's ``stiff`` part S as an operator (for :func:`~teng_eq.equations.base.operator`;
+    a system's on its rows, and its fields for the linearisation)."""
 
     def __init__(self, equation):
         self.equation = equation
+        self.components = equation.components
 
     def operator(self, u, t):
         return self.equation.stiff(u, t)
+
+    def fields(self, fn, points):
+        return self.equation.fields(fn, points)
+
+    def operator_rows(self, fn, points, t, vector=None):
+        return on_rows(self.equation, self.equation.stiff, fn, points, t, vector)
 
 
 class ImplicitTENGStep(Step):
