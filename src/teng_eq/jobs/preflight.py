@@ -402,8 +402,9 @@ class JobOptions:
     end); ``resume``: continue this configuration's unfinished run, skip it when
     finished (else start a new run); ``divergence_factor``: a step whose loss
     exceeds this many times the median loss of the steps before it ends the
-    run as diverged (as does any non-finite value), and so does a measured ``rel_l2``
-    above ``divergence_error``, from the first step on; ``store_retry_s``: seconds a
+    run as diverged (as does any non-finite value), and so does a measured ``rel_l2`` or
+    estimated ``est_rel_l2`` above ``divergence_error``, or a step loss above its square
+    times ‖u‖², from the first step on; ``store_retry_s``: seconds a
     job waits for an MLflow store that does not answer when it needs it (to open
     its run, upload artifacts, end the run) before it gives up — while stepping it
     never waits, whatever this is.
