@@ -23,6 +23,7 @@ alone. ``import teng_eq`` does not import this module (nor JAX).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,7 +40,13 @@ from teng_eq.equations import Equation
 from teng_eq.errors import ConfigError, bad
 from teng_eq.fit.results import StepRecord
 from teng_eq.jobs.job import JobContext, enable_compilation_cache, tracked_job
-from teng_eq.jobs.preflight import check_group_choices, one_line, validate_job, with_config_dir
+from teng_eq.jobs.preflight import (
+    check_group_choices,
+    one_line,
+    stability_warning,
+    validate_job,
+    with_config_dir,
+)
 from teng_eq.run.callbacks import Callback, OnStep
 from teng_eq.run.config import RunConfig
 from teng_eq.run.result import FinalField, RunResult
@@ -96,6 +103,8 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
 
     cfg = compose_job(conf_dir, overrides, group=group, tracking_uri=tracking_uri, cache_dir=cache_dir)
     job = validate_job(cfg, root=ROOT, overrides=overrides)
+    if (line := stability_warning(job.run)):  # before θ₀, as the command line's preflight
+        print(line, file=sys.stderr)
     enable_compilation_cache(job.options.cache_dir)
     if not mlflow:
         return run_simulation(job.run, on_step=on_step, callbacks=callbacks, cache_dir=job.options.cache_dir,

@@ -29,7 +29,7 @@ from teng_eq.run.config import RunConfig
 from teng_eq.run.controller import ControllerState
 from teng_eq.run.metrics import monte_carlo_se, squared_norms
 from teng_eq.run.result import History, Row
-from teng_eq.run.schedule import Adaptive, FixedSteps
+from teng_eq.run.schedule import Adaptive, FixedSteps, below_dt_min
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,11 +250,7 @@ def advance(loop: Loop, state: RunState) -> RunState:
     controller, iterations, seconds = state.controller, state.iterations, 0.0
     cap = stable_step(loop, state.estimate)
     if cap < loop.schedule.dt_min:
-        raise Diverged(f"{loop.name}: at t={state.t:.6g} the stable step {cap:.3g} (the fastest mode the fit "
-                       f"resolves) is below controller.dt_min={loop.schedule.dt_min:g}: an explicit "
-                       "step cannot follow it (take an implicit method, or on imaginary rates "
-                       "method=teng_rk4 or teng_bs3, whose regions hold part of the imaginary axis)",
-                       n, n - 1)
+        raise Diverged(below_dt_min(loop.name, state.t, cap, loop.schedule.dt_min), n, n - 1)
     while True:
         h, t = loop.schedule.propose(state, controller, cap)
         # The local error the try may expect: the last step's, scaled by (h / its Δt)^order.
