@@ -107,6 +107,12 @@ def initial_radius(run: RunConfig) -> float | None:
     return _RADII[key]
 
 
+def say_stability(run: RunConfig) -> None:
+    """:func:`stability_warning`'s line on stderr, where there is one (its refusal raised)."""
+    if (line := stability_warning(run)):
+        print(line, file=sys.stderr)
+
+
 def stability_warning(run: RunConfig) -> str | None:
     """Before θ₀, from u₀'s spectrum (:func:`initial_radius`): a fixed Δt beyond the
     explicit integrator's stable step x/ρ gets one warning line naming that step and what
@@ -383,8 +389,7 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
                     cfg = compose(config_name=config_name, overrides=job)
                 except (HydraException, OmegaConfBaseException) as err:
                     raise ConfigError(f"invalid config: {one_line(err)}") from None
-                if (line := stability_warning(validate_job(cfg, root=conf_dir.parent, overrides=job).run)):
-                    print(line, file=sys.stderr)
+                say_stability(validate_job(cfg, root=conf_dir.parent, overrides=job).run)
             except ConfigError as err:
                 if sweeper != SWEEPER_TARGET:
                     raise
