@@ -383,17 +383,20 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
             raise ConfigError(f"invalid config: {one_line(err)}") from None
         if (line := side_by_side_on_sqlite(base, len(jobs) if multirun else 1, conf_dir.parent)):
             print(line, file=sys.stderr)
+        runs = []
         for job in jobs:
             try:
                 try:
                     cfg = compose(config_name=config_name, overrides=job)
                 except (HydraException, OmegaConfBaseException) as err:
                     raise ConfigError(f"invalid config: {one_line(err)}") from None
-                say_stability(validate_job(cfg, root=conf_dir.parent, overrides=job).run)
+                runs.append(validate_job(cfg, root=conf_dir.parent, overrides=job).run)
             except ConfigError as err:
                 if sweeper != SWEEPER_TARGET:
                     raise
                 raise ConfigError(f"{err} (at the search's point {' '.join(job[fixed_count:])})") from None
+    for run in runs:  # once every job passed its checks: a refused command line computes no spectrum
+        say_stability(run)
     return len(jobs)
 
 
