@@ -134,9 +134,11 @@ def stability_warning(run: RunConfig) -> str | None:
         return None
     if run.dt <= limit / rho:
         return None
-    return (f"warning: dt={run.dt:g} is beyond {name}'s stable step {limit / rho:.3g} on u₀'s fastest "
-            f"mode the grid resolves (Δt·ρ = {run.dt * rho:.3g} > {limit:.3g}): the run may blow up; take "
-            f"dt <= {limit / rho:.3g}, dt=auto, or an implicit method (e.g. method=teng_sdirk2)")
+    stable = limit / rho
+    return (f"warning: dt={run.dt:g} is beyond {name}'s stable step {stable:.3g} on the fastest mode of "
+            f"L′[u₀] the fit grid resolves (Δt·ρ = {run.dt * rho:.3g} > {limit:.3g}; dt=auto caps its "
+            f"steps there): where the fits carry that mode the run blows up; take dt <= {stable:.3g}, "
+            "dt=auto, or an implicit method (e.g. method=teng_sdirk2)")
 
 
 def key_namer(cfg: DictConfig) -> Callable[[str], str]:
