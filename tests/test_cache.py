@@ -8,6 +8,8 @@ import tempfile
 import threading
 import types
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -23,6 +25,8 @@ KEY = {"what": "test", "n": 3, "lengths": [1.0, 2.0]}
 #: The u₀ and fit quadrature a θ₀ entry is keyed by (its values on the grid): small.
 _SINES = make_config("equation=allen_cahn", "equation.initial_condition=sines2d").equation
 FIT_INPUTS = {"u0": _SINES.u0, "quadrature": _SINES.quadrature(8)}
+#: A network the key describes (its content): the stand-in fits below never evaluate it.
+NET = eqx.nn.Linear(2, 1, key=jax.random.PRNGKey(0))
 
 
 def _flip_byte(path, where=0.5):
@@ -126,7 +130,7 @@ def test_damaged_theta0_is_refitted(tmp_path, monkeypatch, damage, caplog):
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     description = {"initial_condition": "sines2d", "grid": 32, "seed": 0}
-    call = {"net": None, **FIT_INPUTS, "key": None, "fit": None,
+    call = {"net": NET, **FIT_INPUTS, "key": None, "fit": None,
             "description": description, "directory": tmp_path}
     theta, report = initial_fit.cached_initial_parameters(**call)
     assert report.cached is False and len(fits) == 1
@@ -169,7 +173,7 @@ def test_a_fit_above_its_tolerance_is_cached_only_where_it_stalled_near_it(tmp_p
                                           stage2_damping=1e-8, stalled=stalled)
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
-    call = {"net": None, **FIT_INPUTS, "key": None,
+    call = {"net": NET, **FIT_INPUTS, "key": None,
             "fit": types.SimpleNamespace(stage2_tol=5e-14, stage2_polish_iters=25, stage2_max_iters=100),
             "description": {"initial_condition": "sines2d", "grid": 32, "seed": 0}, "directory": tmp_path}
     with pytest.warns(UserWarning, match=words):
@@ -200,7 +204,7 @@ def test_a_cache_that_cannot_be_written_costs_only_the_cache(tmp_path, monkeypat
 
     monkeypatch.setattr(initial_fit, "initial_parameters", fit)
     theta, report = initial_fit.cached_initial_parameters(
-        None, FIT_INPUTS["u0"], FIT_INPUTS["quadrature"], key=None, fit=None,
+        NET, FIT_INPUTS["u0"], FIT_INPUTS["quadrature"], key=None, fit=None,
         description={"initial_condition": "sines2d", "grid": 32, "seed": 0}, directory=cache)
     np.testing.assert_array_equal(theta, np.arange(5.0))
     assert report.cached is False

@@ -4,6 +4,7 @@ diverging run stops with the step that broke it and keeps the last good one."""
 
 import io
 import json
+import math
 import zipfile
 
 import numpy as np
@@ -163,6 +164,26 @@ def test_an_error_above_the_solution_is_divergence_from_the_first_step():
     assert divergence_reason({"step_loss": 1e-3, "rel_l2": 7e2}, None, 1, 1e6, error=1.0) == (
         "rel_l2 7.000e+02 is above divergence_error=1")
     assert compose_conf().divergence_error == 1.0
+
+
+def test_an_estimate_or_a_loss_above_the_solution_is_divergence_from_the_first_step():
+    """Without a reference only the estimate and the losses can see a blow-up at step 1:
+    ``est_rel_l2`` above divergence_error, or a step or held-out loss above
+    divergence_error² ‖u‖² (‖u‖² the step's start), ends the run; the healthy runs'
+    ratios (at most 1e-11 and 1e-4, docs/guides/long-runs.md) are far below."""
+    assert divergence_reason({"est_rel_l2": 0.99}, None, 1, 1e6, error=1.0) is None
+    assert divergence_reason({"est_rel_l2": 50.0}, None, 1, 1e6, error=1.0) == (
+        "est_rel_l2 5.000e+01 is above divergence_error=1")
+    healthy = {"step_loss": 1e-11 * 4.0, "holdout_loss": 2e-11 * 4.0}
+    assert divergence_reason(healthy, None, 1, 1e6, error=1.0, size=4.0) is None
+    assert divergence_reason({"step_loss": 3.9, "holdout_loss": 4.1}, None, 1, 1e6, error=1.0, size=4.0
+                             ).startswith("holdout_loss 4.100e+00 is above divergence_error² ‖u‖² = 4")
+    assert divergence_reason({"step_loss": 2.5e5}, None, 1, 1e6, error=1.0, size=4.0).endswith(
+        "the step's fit misses its target by more than the solution it started from")
+    # No size (a global-in-time block), or no bound (divergence_error=inf): not judged.
+    assert divergence_reason({"step_loss": 2.5e5}, None, 1, 1e6, error=1.0) is None
+    assert divergence_reason({"step_loss": 2.5e5, "est_rel_l2": 50.0}, None, 1, 1e6, error=math.inf,
+                             size=4.0) is None
 
 
 def test_a_checkpoint_of_the_earlier_format_resumes(tmp_path, uninterrupted):

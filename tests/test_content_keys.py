@@ -1,8 +1,9 @@
-"""Caches keyed by content: θ₀ and the ETDRK4 reference are keyed by the equation's
-class and every field, and by u₀'s values (on θ₀'s fit grid, on the reference's
-grid), so that a user who edits u₀'s formula under the same name, or a coefficient,
-gets a new θ₀ or reference, never the old one; an unchanged equation still meets its
-own entry."""
+"""Caches keyed by content: the ETDRK4 reference by the equation's class and every
+field and by u₀'s values on its grid; θ₀ by what its fit reads — u₀'s values and
+gradients on the fit points, the domain, the network — and not by the equation's
+fields. A user who edits u₀'s formula under the same name gets a new θ₀ and reference,
+a changed coefficient a new reference but the θ₀ it had (θ₀ fits u₀ alone); an
+unchanged equation still meets its own entries."""
 
 import dataclasses
 import importlib
@@ -71,7 +72,7 @@ def test_every_field_and_the_class_enter_the_description(user_folder):
     described = content_description(eq)
     assert described["class"] == "my_pdes:Mine"
     assert described["fields"] == FIELDS
-    assert eq.fit_description() == described
+    assert eq.fit_description() == {"domain_fields": content_description(eq.domain)}  # θ₀'s: the domain
     assert content_description(user_equation(user_folder, a=1.5))["fields"]["a"] == 1.5
 
 
@@ -91,11 +92,24 @@ def test_an_edited_u0_under_the_same_name_gets_a_new_theta0(user_folder, fits):
     np.testing.assert_array_equal(again, first)
 
 
-def test_a_changed_coefficient_gets_a_new_theta0(user_folder, fits):
-    """θ₀ fits u₀ only, but the key does not try to know which fields u₀ reads: any field is a new key."""
+def test_a_coefficient_that_leaves_u0_shares_theta0_and_one_that_changes_it_does_not(user_folder, fits):
+    """θ₀ fits u₀ only: a changed reaction rate or ν (u₀ the same) meets the first θ₀ file
+    (before, every field was in the key: a changed coefficient refitted heat's θ₀ for 20
+    minutes); another initial condition, or other lengths, is a new θ₀."""
     cache = user_folder / "cache"
-    theta0(user_equation(user_folder), cache)
-    assert theta0(user_equation(user_folder, a=2.0), cache)[1] is False and len(fits) == 2
+    first, _ = theta0(user_equation(user_folder), cache)
+    for fields in ({"a": 2.0}, {"nu": 0.3}, {"a": 3.0, "nu": 0.01}):
+        shared, cached = theta0(user_equation(user_folder, **fields), cache)
+        assert cached is True and len(fits) == 1, fields
+        np.testing.assert_array_equal(shared, first)
+    assert len(list((cache / "theta0").glob("*.npz"))) == 1
+    assert theta0(user_equation(user_folder, lengths=[2 * math.pi, math.pi]), cache)[1] is False
+    assert len(fits) == 2
+    # heat's sines2d is the user's formula on the same square: the same θ₀, whatever the class or ν.
+    heat = make_config(*SINES32).equation
+    assert theta0(heat, cache)[1] is True and theta0(dataclasses.replace(heat, nu=0.5), cache)[1] is True
+    assert theta0(dataclasses.replace(heat, initial_condition="paper2d"), cache)[1] is False
+    assert len(fits) == 3
 
 
 def test_a_changed_coefficient_or_u0_gets_a_new_reference(user_folder):

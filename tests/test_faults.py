@@ -24,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.configs import ROOT, TINY_SWEEP_NO_GRID, make_config
+from helpers.configs import CHEAP_FIT, ROOT, TINY_SWEEP_NO_GRID, make_config
 from helpers.fake_methods import DECAY, TOY
 from helpers.mlflow_store import all_runs, job_runs
 from helpers.processes import finish, job_env, run_logged, start, sweep_command
 from mlflow.tracking import MlflowClient
 
-from teng_eq import interrupts
+from teng_eq import api, interrupts
+from teng_eq.errors import RunFailed
 from teng_eq.fit.iterate import FitProgress
 from teng_eq.jobs.progress import Progress
 from teng_eq.run.checkpoint import CheckpointStore
@@ -453,7 +454,29 @@ def test_a_full_disk_fails_the_run_and_keeps_the_previous_checkpoint(tmp_path, u
     assert not checkpoint.path.exists()
 
 
-# --- 7. What a person reads ------------------------------------------------------------
+# --- 7. A run that blows up ---------------------------------------------------------------
+
+
+@pytest.mark.slow  # θ₀'s fit, the compiled step and a fresh MLflow store: 51 s at load 5 (docs/claims.md)
+def test_a_first_step_that_blows_up_fails_the_run_with_its_reason(tmp_path, cache_dir):
+    """Heat on a line with ν = 10 at a fixed Δt = 0.5, TENG-Euler (Δt|Λ| = 5 and 20 on u₀'s
+    two modes, the stable limit 2) and no reference: no median of earlier losses exists at
+    step 1 and no measured error; the step's fit misses its target by far more than u₀
+    (‖û₀‖² ≈ 4), so the run ends FAILED there, its reason and steps tagged."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(RunFailed, match=r"teng_euler diverged at step 1 \(t=0\.5\): step_loss .* "
+                                        "misses its target by more than the solution it started from"):
+        api.run("heat_1d", "method=teng_euler", "reference=none", "dt=0.5", "t_final=2", "equation.nu=10",
+                "grid=32", "eval_grid=64", *CHEAP_FIT, "progress=false", mlflow=True, tracking_uri=uri,
+                cache_dir=cache_dir)
+    (run,) = job_runs(uri)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure_reason"].startswith("Diverged: teng_euler diverged at step 1 (t=0.5): ")
+    assert (run.data.tags["diverged_at_step"], run.data.tags["last_good_step"]) == ("1", "0")
+    assert [m.step for m in MlflowClient(uri).get_metric_history(run.info.run_id, "est_rel_l2")] == [0]
+
+
+# --- 8. What a person reads ------------------------------------------------------------
 
 
 def test_the_fit_has_its_own_bars(capsys):

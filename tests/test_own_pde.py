@@ -7,6 +7,7 @@ after the fifth, and on the global error."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 
@@ -17,10 +18,12 @@ import pytest
 from helpers.bands import KDV_SMALL_ERROR, TRANSPORT
 from helpers.configs import CHEAP_FIT, ROOT, make_config
 
+from teng_eq import api
 from teng_eq.equations import Equation, Field, operator
 from teng_eq.equations.heat import Heat
 from teng_eq.errors import ConfigError, Diverged
 from teng_eq.estimate.defect import Defect, fourier_modes, measured_growth_rate
+from teng_eq.jobs.preflight import initial_radius, stability_warning
 from teng_eq.run.simulation import build_method, run_simulation
 
 EXAMPLES = ROOT / "examples"
@@ -182,6 +185,33 @@ def test_dt_auto_bounds_a_dispersive_equations_steps(warm_cache):
     assert np.all(r.metrics["dt"] <= r.metrics["dt_stable"] * (1 + 1e-12))
     assert np.sum(r.metrics["dt"] > 0.99 * r.metrics["dt_stable"]) >= 1 and r.times[-1] == 0.1
     assert r.rel_l2[-1] < KDV_SMALL_ERROR
+
+
+def test_the_preflight_warns_of_a_fixed_step_beyond_the_stable_one_before_theta0(tmp_path):
+    """From L′[u₀]'s spectrum, before θ₀ (u₀ is known): on KdV's 64 nodes RK4's stable step
+    is 2√2/max|Λ| (within the 1.5 % of the −6⟨u₀⟩k term of 2√2/k³_max), and a fixed Δt past
+    it gets one warning naming it and what to do, one below none; the biharmonic's real
+    spectrum gives Heun 2/(κ|k|⁴_max) exactly; an implicit method has no such step.
+    Under ``dt=auto`` Heun's cap on the dispersive spectrum (1.4e-5) below dt_min is refused
+    in one line before θ₀ (no θ₀ file): what the run itself says after it (the slow test below)."""
+    k_max = math.pi * 64 / 50
+    rk4 = example("kdv", "grid=64", "eval_grid=128", "method=teng_rk4", "t_final=0.1", "dt=0.05")
+    stable = rk4.method.cls.stability_limit(rk4.method.options) / initial_radius(rk4)
+    np.testing.assert_allclose(stable, RK4_IMAGINARY / k_max**3, rtol=0.02)
+    line = stability_warning(rk4)
+    assert line.startswith(f"warning: dt=0.05 is beyond teng_rk4's stable step {stable:.3g} ")
+    assert line.endswith(f"take dt <= {stable:.3g}, dt=auto, or an implicit method (e.g. method=teng_sdirk2)")
+    assert stability_warning(dataclasses.replace(rk4, dt=0.02)) is None
+    implicit = example("kdv", "grid=64", "method=teng_sdirk2", "t_final=0.1", "dt=0.05")
+    assert stability_warning(implicit) is None
+    heun = example("biharmonic", "grid=32", "equation.kappa=0.01", "t_final=0.05", "dt=0.01")
+    assert 2.0 / initial_radius(heun) == pytest.approx(2.0 / (0.01 * 16**4), rel=1e-9)
+    assert "teng_heun's stable step 0.00305 " in stability_warning(heun)
+    with pytest.raises(ConfigError, match=r"^invalid config: teng_heun: at t=0 the stable step 1\.4e-05 .* "
+                                          r"below controller\.dt_min=0\.0001: .*method=teng_rk4 or teng_bs3"):
+        api.run("kdv", "grid=64", "eval_grid=128", "method=teng_heun", "t_final=0.1", "dt=auto",
+                "controller.dt_min=1e-4", *CHEAP_FIT, config_dir=EXAMPLES / "conf", cache_dir=tmp_path)
+    assert not (tmp_path / "theta0").exists()
 
 
 @pytest.mark.slow  # ~100 s: KdV's θ₀ on 64 nodes; the cap itself: test_error_control

@@ -39,7 +39,7 @@ from teng_eq.equations import Equation
 from teng_eq.errors import ConfigError, bad
 from teng_eq.fit.results import StepRecord
 from teng_eq.jobs.job import JobContext, enable_compilation_cache, tracked_job
-from teng_eq.jobs.preflight import check_group_choices, one_line, validate_job, with_config_dir
+from teng_eq.jobs.preflight import check_group_choices, one_line, say_stability, validate_job, with_config_dir
 from teng_eq.run.callbacks import Callback, OnStep
 from teng_eq.run.config import RunConfig
 from teng_eq.run.result import FinalField, RunResult
@@ -93,9 +93,9 @@ def run(equation: Equation | str, *overrides: str, mlflow: bool = False, trackin
         if not folder.is_dir():
             raise ConfigError(f"invalid config: config_dir={config_dir}: not a folder ({folder})")
         overrides = with_config_dir(overrides, str(folder))
-
     cfg = compose_job(conf_dir, overrides, group=group, tracking_uri=tracking_uri, cache_dir=cache_dir)
     job = validate_job(cfg, root=ROOT, overrides=overrides)
+    say_stability(job.run)  # before θ₀, as the command line's preflight
     enable_compilation_cache(job.options.cache_dir)
     if not mlflow:
         return run_simulation(job.run, on_step=on_step, callbacks=callbacks, cache_dir=job.options.cache_dir,

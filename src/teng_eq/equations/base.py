@@ -215,12 +215,15 @@ class Equation(eqx.Module):
         return self.domain.holdout_size(n, holdout)
 
     def fit_description(self) -> dict:
-        """What, besides the network, grid, seed and u₀'s values on the fit grid
-        (:func:`~teng_eq.fit.theta0.cached_initial_parameters` adds those), determines
-        θ₀ (its cache key): the class and every field (:func:`~teng_eq.cache.files.content_description`),
-        so that a changed coefficient or length gives a new θ₀, and what the domain adds
-        that the fields do not say (its quadrature rule: :meth:`~teng_eq.domains.base.Domain.describe`)."""
-        return {**content_description(self), **self.domain.describe()}
+        """What of the equation, besides u₀'s values and gradients on the fit points (which
+        :func:`~teng_eq.fit.theta0.cached_initial_parameters` adds with the network), θ₀
+        depends on (its cache key): the domain — its class and every field
+        (:func:`~teng_eq.cache.files.content_description`: lengths, periods, origin, sides,
+        sampler) and its quadrature rule (:meth:`~teng_eq.domains.base.Domain.describe`).
+        Not the equation's own fields: θ₀ fits u₀ alone, so that a coefficient that leaves
+        u₀ as it is (ν, an advection velocity) shares its θ₀; one that changes u₀ changes
+        its values, and so the key."""
+        return {"domain_fields": content_description(self.domain), **self.domain.describe()}
 
     # --- initial condition, reference -----------------------------------------------
 

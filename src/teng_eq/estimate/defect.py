@@ -40,6 +40,26 @@ class Fields(eqx.Module):
     coefficients: Float[Array, "alphas n"] | None = None  # a_α of L′[û] (transport)
 
 
+def transport_for(equation: Equation, quadrature: Quadrature, weights, kind: str,
+                  resolved: tuple[int, ...] | None = None,
+                  region: Callable | None = None) -> Transport | BoxTransport | None:
+    """The error's transport of an estimate of ``kind`` on ``quadrature`` (``weights``: its
+    rows', the boundary's 0): a periodic grid's (:class:`Transport`, a system's
+    :class:`SystemTransport` for every kind), a box with sides' own modes
+    (:class:`BoxTransport`), or None. ``resolved``: the grid whose wave numbers a step must
+    be stable on; ``region``: the integrator's stability region for complex rates."""
+    periodic = equation.periods is not None and quadrature.grid_shape is not None
+    system = bool(equation.components)
+    if kind == "transport" and not system and boxed(equation):  # the box's own modes
+        return BoxTransport(equation.domain, quadrature.points, weights, equation.order, resolved, region)
+    if not (periodic and (kind == "transport" or system)):
+        return None
+    if system:
+        return SystemTransport(equation.periods, quadrature.grid_shape, equation.order,
+                               len(equation.components), resolved, region)
+    return Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region)
+
+
 class Defect(eqx.Module):
     """The local terms of one accepted step ``θ₀ → θ₁`` of size ``dt`` from time t
     (module docstring), on the interior points of a held-out ``quadrature``, for the
@@ -81,15 +101,7 @@ class Defect(eqx.Module):
         if quadrature.boundary is not None:  # the PDE holds inside; the boundary rows carry its condition
             weights = jnp.where(quadrature.boundary, 0.0, weights)
         self.points, self.weights = jnp.asarray(quadrature.points), weights
-        periodic = equation.periods is not None and quadrature.grid_shape is not None
-        system = bool(equation.components)
-        self.transport = None if not (periodic and (kind == "transport" or system)) else SystemTransport(
-            equation.periods, quadrature.grid_shape, equation.order, len(equation.components), resolved,
-            region
-        ) if system else Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region)
-        if kind == "transport" and not system and boxed(equation):  # the box's own modes
-            self.transport = BoxTransport(equation.domain, quadrature.points, weights, equation.order,
-                                          resolved, region)
+        self.transport = transport_for(equation, quadrature, weights, kind, resolved, region)
         declared = type(equation).growth_rate is not Equation.growth_rate
         self.modes = None if declared or self.transport else fourier_modes(equation.periods, len(self.points))
 

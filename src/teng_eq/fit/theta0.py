@@ -27,9 +27,10 @@ by its patience: more iterations would not take it lower), as what this network 
 u₀ — else every rerun would pay for the same fit again; one that is farther off, or still
 improving when its iterations ran out, is not cached, so that no later run takes it for a
 good θ₀ (:func:`verdict`). Cached results are stored on disk
-(:func:`cached_initial_parameters`) keyed by the equation (every field), u₀'s
-values on the fit grid, architecture, quadrature grid and seed, so every run and method of a sweep starts
-from the same θ₀ and none refits it.
+(:func:`cached_initial_parameters`) keyed by what the fit reads — u₀'s values and gradients
+on the fit points, the domain, the network, the fit settings and grid, the seed — so every
+run and method of a sweep starts from the same θ₀ and none refits it, nor does a run whose
+equation differs only in a coefficient that leaves u₀ as it is.
 """
 
 from __future__ import annotations
@@ -48,7 +49,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from teng_eq.cache.files import array_digest, cache_dir, digest, load_arrays, store_or_warn
+from teng_eq.cache.files import (
+    array_digest,
+    cache_dir,
+    content_description,
+    digest,
+    load_arrays,
+    store_or_warn,
+)
 from teng_eq.config.options import at_least, one_of
 from teng_eq.domains.quadrature import Quadrature
 from teng_eq.equations import Equation, operator
@@ -203,8 +211,9 @@ def resolve_init(init: str, equation: Equation, *grids: int) -> str:
 
 
 #: Bump when the fitting procedure or the key changes, so stale θ₀ files are not reused
-#: (7: the key holds every field of the equation and u₀'s values on the fit grid).
-FIT_VERSION = 7
+#: (8: the key holds what the fit reads — the domain, the network as it starts, u₀'s values
+#: and gradients on the fit points — and no longer the equation's fields).
+FIT_VERSION = 8
 
 
 def fit_key(description: dict) -> str:
@@ -381,12 +390,13 @@ def _round_up(x: float) -> float:
 
 
 def u0_digest(u0: Callable[[Array], Array], quadrature: Quadrature) -> str:
-    """sha256 of ``u0`` sampled on the points of ``quadrature`` (with the points and
-    weights themselves): what θ₀'s cache key knows of the initial condition."""
-    values = jax.vmap(u0)(quadrature.points)
+    """sha256 of ``u0``'s values and gradients on the points of ``quadrature`` (stage 1's
+    targets, stage 2's are the values), with the points and weights themselves and the
+    flux rows: what θ₀'s cache key knows of the initial condition."""
+    targets = jax.vmap(lambda x: _value_and_gradient(u0, x))(quadrature.points)
     if quadrature.flux is not None:  # the flux rows change what stage 2 fits
-        return array_digest(quadrature.points, quadrature.weights, values, *quadrature.flux)
-    return array_digest(quadrature.points, quadrature.weights, values)
+        return array_digest(quadrature.points, quadrature.weights, targets, *quadrature.flux)
+    return array_digest(quadrature.points, quadrature.weights, targets)
 
 
 def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
@@ -394,9 +404,11 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
         move: Callable | None = None, mesh: PointMesh | None = None
 ) -> tuple[Float[Array, " params"], FitReport]:
     """:func:`initial_parameters` (``mesh``: on the points split over its devices), cached
-    under ``directory`` by ``description``
-    (the equation, architecture, grid, seed, fit settings) and u₀'s values on
-    ``quadrature`` (:func:`u0_digest`). Stored as a
+    under ``directory`` by what the fit reads: ``description`` (the domain, the network's
+    config, grid, seed, fit settings, fresh points, devices), the network ``net`` as the fit
+    starts it (its class, every field and its initial parameters: the architecture, dims,
+    outputs, embedding periods, an imposed-boundary factor) and u₀'s values and gradients on
+    ``quadrature`` (:func:`u0_digest`) — not the equation's fields. Stored as a
     self-checking entry (:func:`teng_eq.cache.files.store_arrays`: θ and the report as
     JSON, no pickle), refitted when missing, damaged or stale.
 
@@ -407,8 +419,10 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
     run still uses.
     """
     # u₀ by its values, not its name: a formula edited under the same name (a user's
-    # file) is a new θ₀. The fit's own points and weights go with them.
-    description = {**description, "u0_on_fit_grid": u0_digest(u0, quadrature)}
+    # file) is a new θ₀, a coefficient u₀ does not read is not. The fit's own points and
+    # weights go with them; the network by its content, whatever its family.
+    description = {**description, "u0_on_fit_grid": u0_digest(u0, quadrature),
+                   "network_at_start": content_description(net)}
     path = cache_dir(directory) / "theta0" / f"{fit_key(description)}.npz"
     entry_key = {**description, "version": FIT_VERSION}
     cached = load_arrays(path, entry_key)

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -29,8 +31,10 @@ from omegaconf.errors import OmegaConfBaseException
 from teng_eq.cache.files import cache_dir, probe_folder
 from teng_eq.config.options import BOOKKEEPING, at_least, options_from
 from teng_eq.errors import ConfigError, bad
+from teng_eq.estimate.defect import transport_for
 from teng_eq.jobs.resources import check_memory
 from teng_eq.run.config import SHORTHANDS, RunConfig
+from teng_eq.run.schedule import Adaptive, below_dt_min
 from teng_eq.search.space import SWEEPER_TARGET, Space, check_options, parse_space
 from teng_eq.search.study import SERVER_RECIPE, busy, check_storage, default_storage, is_busy, study_name
 from teng_eq.tracking.store import check_store, default_tracking_uri
@@ -76,6 +80,65 @@ def validate_job(cfg: DictConfig, *, root: Path, overrides: Iterable[str] = ()) 
         raise ConfigError(f"invalid config: {err}") from None
     _check_writable_folder("cache_dir", cache_dir(options.cache_dir))
     return Job(run=run, options=options, tracking_uri=uri)
+
+
+#: ρ of :func:`initial_radius` by (equation, grid, method): a sweep's jobs share it.
+_RADII: dict[tuple, float | None] = {}
+
+
+def initial_radius(run: RunConfig) -> float | None:
+    """ρ of L′[u₀] on the fit grid's modes (:meth:`~teng_eq.estimate.transport.Transport.radius`,
+    through the explicit integrator's stability region on complex rates): the radius
+    ``dt: auto`` caps its steps by, from u₀ itself — known before θ₀, which it is fitted
+    to. None where there is no cap to compute: an implicit or non-TENG method, a system
+    (its coefficients are θ's), a domain without the transport (a disk, sampled points)."""
+    method, options, eq = run.method.cls, run.method.options, run.equation
+    grid, holdout = getattr(options, "grid", None), getattr(options, "holdout", None)
+    if method.stability_limit(options) is None or grid is None or holdout is None or eq.components:
+        return None
+    key = (repr(eq), grid, repr(holdout), run.method.impl, repr(method.stability_region(options)))
+    if key not in _RADII:  # on the points the run's estimate reads L′[û] on: the held-out ones
+        points = eq.holdout(grid, eq.holdout_size(grid, holdout))
+        weights = np.broadcast_to(np.asarray(points.weights, np.float64), points.points.shape[:1])
+        transport = transport_for(eq, points, weights, "transport", eq.quadrature(grid).grid_shape,
+                                  method.stability_region(options))
+        _RADII[key] = None if transport is None else transport.radius(np.asarray(
+            transport.coefficients(eq, lambda p: eq.u0(p.T), jnp.asarray(points.points), 0.0)))
+    return _RADII[key]
+
+
+def say_stability(run: RunConfig) -> None:
+    """:func:`stability_warning`'s line on stderr, where there is one (its refusal raised)."""
+    if (line := stability_warning(run)):
+        print(line, file=sys.stderr)
+
+
+def stability_warning(run: RunConfig) -> str | None:
+    """Before θ₀, from u₀'s spectrum (:func:`initial_radius`): a fixed Δt beyond the
+    explicit integrator's stable step x/ρ gets one warning line naming that step and what
+    to do; under ``dt: auto`` a stable step (the controller's cap,
+    :meth:`~teng_eq.run.schedule.Adaptive.stable_step`) below ``controller.dt_min`` is
+    refused in one line (Euler and Heun on a dispersive spectrum), which the run would
+    otherwise say after θ₀. None where neither holds, or no cap is computed. Not part of
+    :func:`validate_job` (it differentiates L[u₀], seconds where the other checks take
+    milliseconds): the command line's :func:`preflight` and :func:`teng_eq.api.run` call it."""
+    rho = initial_radius(run)
+    if not rho:
+        return None
+    limit = run.method.cls.stability_limit(run.method.options)
+    name = run.method.name
+    if run.adaptive:
+        cap = Adaptive(run.controller, (run.t_final,), 1, 0.0, limit).stable_step(rho)
+        if cap < run.controller.dt_min:
+            raise ConfigError(f"invalid config: {below_dt_min(name, 0.0, cap, run.controller.dt_min)}")
+        return None
+    if run.dt <= limit / rho:
+        return None
+    stable = limit / rho
+    return (f"warning: dt={run.dt:g} is beyond {name}'s stable step {stable:.3g} on the fastest mode of "
+            f"L′[u₀] the fit grid resolves (Δt·ρ = {run.dt * rho:.3g} > {limit:.3g}; dt=auto caps its "
+            f"steps there): where the fits carry that mode the run blows up; take dt <= {stable:.3g}, "
+            "dt=auto, or an implicit method (e.g. method=teng_sdirk2)")
 
 
 def key_namer(cfg: DictConfig) -> Callable[[str], str]:
@@ -322,17 +385,20 @@ def preflight(argv: list[str], conf_dir: Path) -> int:
             raise ConfigError(f"invalid config: {one_line(err)}") from None
         if (line := side_by_side_on_sqlite(base, len(jobs) if multirun else 1, conf_dir.parent)):
             print(line, file=sys.stderr)
+        runs = []
         for job in jobs:
             try:
                 try:
                     cfg = compose(config_name=config_name, overrides=job)
                 except (HydraException, OmegaConfBaseException) as err:
                     raise ConfigError(f"invalid config: {one_line(err)}") from None
-                validate_job(cfg, root=conf_dir.parent, overrides=job)
+                runs.append(validate_job(cfg, root=conf_dir.parent, overrides=job).run)
             except ConfigError as err:
                 if sweeper != SWEEPER_TARGET:
                     raise
                 raise ConfigError(f"{err} (at the search's point {' '.join(job[fixed_count:])})") from None
+    for run in runs:  # once every job passed its checks: a refused command line computes no spectrum
+        say_stability(run)
     return len(jobs)
 
 
@@ -402,8 +468,9 @@ class JobOptions:
     end); ``resume``: continue this configuration's unfinished run, skip it when
     finished (else start a new run); ``divergence_factor``: a step whose loss
     exceeds this many times the median loss of the steps before it ends the
-    run as diverged (as does any non-finite value), and so does a measured ``rel_l2``
-    above ``divergence_error``, from the first step on; ``store_retry_s``: seconds a
+    run as diverged (as does any non-finite value), and so does a measured ``rel_l2`` or
+    estimated ``est_rel_l2`` above ``divergence_error``, or a step loss above its square
+    times ‖u‖², from the first step on; ``store_retry_s``: seconds a
     job waits for an MLflow store that does not answer when it needs it (to open
     its run, upload artifacts, end the run) before it gives up — while stepping it
     never waits, whatever this is.

@@ -27,6 +27,7 @@ vector θ of the sequential network, started from the shared fitted θ₀ (TENG,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
@@ -128,6 +129,13 @@ class Method(eqx.Module):
         """x of the step's stability interval [−x, 0]
         (:attr:`teng_eq.stepping.tableau.Tableau.stability_limit`): under ``dt: auto`` a
         step is at most x/ρ, ρ the fastest decay the fit's grid resolves. None: no cap."""
+        return None
+
+    @classmethod
+    def stability_region(cls, options) -> Callable | None:
+        """The step's stability region for complex rates, as the radius ρ of a set of them
+        (:meth:`teng_eq.stepping.tableau.Tableau.equivalent_radius`); None: none known (an
+        implicit step, or the real axis alone)."""
         return None
 
     @property

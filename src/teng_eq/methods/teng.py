@@ -10,6 +10,7 @@ Per-step metrics: ``step_loss`` (the final fit's loss on the quadrature nodes),
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import ClassVar
 
 import equinox as eqx
@@ -113,13 +114,17 @@ class TENG(ThetaMethod):
     def stability_limit(cls, options: Options) -> float | None:
         return options.FAMILY[options.integrator].stability_limit
 
+    @classmethod
+    def stability_region(cls, options: Options) -> Callable | None:
+        return region_of(options.FAMILY[options.integrator])
+
     def defect(self, kind: str) -> Defect | None:
         """On the held-out points of the step (points no fit uses); the fit's grid bounds
         the wave numbers the step must be stable on, an explicit tableau's stability region
         where their rates are complex (an implicit one is A-stable: no cap)."""
-        eq, tableau = self.advance.equation, self.advance.tableau
-        region = tableau.equivalent_radius if tableau.explicit else None
-        return Defect(self.space, eq, self.advance.holdout, kind, resolved=self.grid_shape, region=region)
+        eq = self.advance.equation
+        return Defect(self.space, eq, self.advance.holdout, kind, resolved=self.grid_shape,
+                      region=region_of(self.advance.tableau))
 
     @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:
@@ -194,3 +199,10 @@ class TENG(ThetaMethod):
 
     def holdout_limits(self) -> Holdout:
         return self.holdout
+
+
+def region_of(tableau: Tableau) -> Callable | None:
+    """An explicit tableau's stability region for complex rates
+    (:meth:`~teng_eq.stepping.tableau.Tableau.equivalent_radius`); None for an implicit one
+    (A-stable: no cap)."""
+    return tableau.equivalent_radius if tableau.explicit else None

@@ -29,7 +29,7 @@ from teng_eq.run.config import RunConfig
 from teng_eq.run.controller import ControllerState
 from teng_eq.run.metrics import monte_carlo_se, squared_norms
 from teng_eq.run.result import History, Row
-from teng_eq.run.schedule import Adaptive, FixedSteps
+from teng_eq.run.schedule import Adaptive, FixedSteps, below_dt_min
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,19 +244,16 @@ def start(loop: Loop, method_state) -> RunState:
 
 def advance(loop: Loop, state: RunState) -> RunState:
     """Step n + 1 from ``state``: tried until the schedule keeps a try, measured, and
-    judged diverged — a non-finite metric or estimate, a ``step_loss`` above
-    ``divergence_factor`` times the median before it, a controller that needs a step below
-    ``dt_min``: :class:`~teng_eq.errors.Diverged`, the run still at step n — or accepted:
-    the state after it, its row appended."""
+    judged diverged (:func:`divergence_reason`: a non-finite metric or estimate, a measured
+    or estimated error above the solution, a fit that misses its target by more than the
+    solution, a ``step_loss`` above ``divergence_factor`` times the median before it), or a
+    controller that needs a step below ``dt_min``: :class:`~teng_eq.errors.Diverged`, the
+    run still at step n — or accepted: the state after it, its row appended."""
     n, key = state.n + 1, jax.random.fold_in(loop.key, state.n + 1)
     controller, iterations, seconds = state.controller, state.iterations, 0.0
     cap = stable_step(loop, state.estimate)
     if cap < loop.schedule.dt_min:
-        raise Diverged(f"{loop.name}: at t={state.t:.6g} the stable step {cap:.3g} (the fastest mode the fit "
-                       f"resolves) is below controller.dt_min={loop.schedule.dt_min:g}: an explicit "
-                       "step cannot follow it (take an implicit method, or on imaginary rates "
-                       "method=teng_rk4 or teng_bs3, whose regions hold part of the imaginary axis)",
-                       n, n - 1)
+        raise Diverged(below_dt_min(loop.name, state.t, cap, loop.schedule.dt_min), n, n - 1)
     while True:
         h, t = loop.schedule.propose(state, controller, cap)
         # The local error the try may expect: the last step's, scaled by (h / its Δt)^order.
@@ -275,14 +272,17 @@ def advance(loop: Loop, state: RunState) -> RunState:
     if math.isfinite(cap):
         metrics["dt_stable"] = cap
     metrics, fields, clock, local, checked = observe(loop, state, new, metrics, h, t)
+    # The solution's size where the step starts (the reference's, else û's; 0 for a block): a
+    # step that blows up misses a target far larger than it, by about the size it reaches.
+    size = state.history[-1].ref_sq
     why = divergence_reason(checked, state.history.median, n, loop.divergence_factor,
-                            scale=fields.get("ref_sq", 0.0), error=loop.divergence_error)
+                            scale=fields.get("ref_sq", 0.0), error=loop.divergence_error, size=size)
     estimate = state.estimate
     if why is None and local is not None:
         estimate = estimate.advance(h, metrics, *local)
         fields = fields | {"est": estimate.error}
-        if not np.isfinite(estimate.error / np.sqrt(fields["u_sq"])):
-            why = "non-finite est_rel_l2"
+        why = divergence_reason({"est_rel_l2": estimate.error / np.sqrt(fields["u_sq"])}, None, n,
+                                loop.divergence_factor, error=loop.divergence_error)
     if why is not None:
         where = f"step {n} (t={t:.6g})" if loop.sequential else f"block {n}"
         raise Diverged(f"{loop.name} diverged at {where}: {why}", n, n - 1)
@@ -339,19 +339,28 @@ def observe(loop: Loop, state: RunState, new, metrics: dict, h: float, t: float)
 
 
 def divergence_reason(metrics, median: float | None, n: int, factor: float,
-                      scale: float = 0.0, error: float = math.inf) -> str | None:
+                      scale: float = 0.0, error: float = math.inf, size: float = 0.0) -> str | None:
     """Why step ``n`` with ``metrics`` counts as diverged, or None: a non-finite metric; a
-    measured ``rel_l2`` above ``error`` (the job's default 1: the error larger than the
-    solution, which a field of zeros would beat; judged from the first step on, where no
-    median of earlier losses exists yet); a step loss above ``factor`` times ``median``,
-    the median of the earlier steps' losses (None: none yet), floored at ``ε·scale``
+    measured ``rel_l2`` or an estimated ``est_rel_l2`` above ``error`` (the job's default 1:
+    the error larger than the solution, which a field of zeros would beat); a ``step_loss``
+    or ``holdout_loss`` above ``error² · size`` (``size``: ‖u‖² at the step's start; 0: not
+    judged), i.e. ``‖û − target‖ > error · ‖u‖``, a fit that misses its target by more than
+    the whole solution it started from. These three need no earlier step: they judge
+    the first step on, where no median of earlier losses exists yet (a step far beyond the
+    stable Δt blows up there). Then a step loss above ``factor`` times ``median``, the
+    median of the earlier steps' losses (None: none yet), floored at ``ε·scale``
     (``scale`` = ‖u_ref‖² at the step, ε the float64 machine epsilon): losses at round-off
     level may jump by orders of magnitude without diverging."""
     bad = sorted(k for k, v in metrics.items() if not np.isfinite(v))
     if bad:
         return f"non-finite {', '.join(bad)}"
-    if metrics.get("rel_l2", 0.0) > error:
-        return f"rel_l2 {metrics['rel_l2']:.3e} is above divergence_error={error:g}"
+    for name in ("rel_l2", "est_rel_l2"):
+        if metrics.get(name, 0.0) > error:
+            return f"{name} {metrics[name]:.3e} is above divergence_error={error:g}"
+    for name in ("step_loss", "holdout_loss"):
+        if size > 0 and metrics.get(name, 0.0) > error**2 * size:
+            return (f"{name} {metrics[name]:.3e} is above divergence_error² ‖u‖² = {error**2 * size:.3e}: "
+                    "the step's fit misses its target by more than the solution it started from")
     loss = metrics.get("step_loss")
     if loss is None or median is None or n < 2:
         return None

@@ -103,3 +103,12 @@ class Adaptive:
         return keep, after, None if keep or not self.controller.too_small(after) else (
             f"the step-size controller needs a step below controller.dt_min={self.controller.dt_min:g} "
             f"(its estimate: {r:.3g} times the tolerance at Δt={h:.3g})")
+
+
+def below_dt_min(name: str, t: float, cap: float, dt_min: float) -> str:
+    """Why a run under ``dt: auto`` cannot go on at time t: its stable step ``cap``
+    (:meth:`Adaptive.stable_step`) is below ``controller.dt_min``, and what can."""
+    return (f"{name}: at t={t:.6g} the stable step {cap:.3g} (the fastest mode the fit resolves) is below "
+            f"controller.dt_min={dt_min:g}: an explicit step cannot follow it (take an implicit method, "
+            "or on imaginary rates method=teng_rk4 or teng_bs3, whose regions hold part of the imaginary "
+            "axis)")
