@@ -191,7 +191,8 @@ def test_the_preflight_warns_of_a_fixed_step_beyond_the_stable_one_before_theta0
     """From L′[u₀]'s spectrum, before θ₀ (u₀ is known): on KdV's 64 nodes RK4's stable step
     is 2√2/max|Λ| (within the 1.5 % of the −6⟨u₀⟩k term of 2√2/k³_max), and a fixed Δt past
     it gets one warning naming it and what to do, one below none; the biharmonic's real
-    spectrum gives Heun 2/(κ|k|⁴_max) exactly; an implicit method has no such step.
+    spectrum gives Heun 2/(κ|k|⁴_max) exactly, flagged where that mode would grow more than
+    tenfold over the run; an implicit method has no such step.
     Under ``dt=auto`` Heun's cap on the dispersive spectrum (1.4e-5) below dt_min is refused
     in one line before θ₀ (no θ₀ file): what the run itself says after it (the slow test below)."""
     k_max = math.pi * 64 / 50
@@ -207,6 +208,12 @@ def test_the_preflight_warns_of_a_fixed_step_beyond_the_stable_one_before_theta0
     heun = example("biharmonic", "grid=32", "equation.kappa=0.01", "t_final=0.05", "dt=0.01")
     assert 2.0 / initial_radius(heun) == pytest.approx(2.0 / (0.01 * 16**4), rel=1e-9)
     assert "teng_heun's stable step 0.00305 " in stability_warning(heun)
+    # Past a real decay's bound by little: the main job's Δt 0.02 (Δtρ = 2.05 > 2, Heun's |R| 1.05
+    # a step, 1.6 over its 10) is not flagged; its 100 steps to T = 2 (|R|¹⁰⁰ = 120) are.
+    main = make_config("dt=0.02")
+    assert main.dt * initial_radius(main) == pytest.approx(2.048, rel=1e-9)
+    assert stability_warning(main) is None
+    assert "teng_heun's stable step 0.0195 " in stability_warning(make_config("dt=0.02", "t_final=2.0"))
     with pytest.raises(ConfigError, match=r"^invalid config: teng_heun: at t=0 the stable step 1\.4e-05 .* "
                                           r"below controller\.dt_min=0\.0001: .*method=teng_rk4 or teng_bs3"):
         api.run("kdv", "grid=64", "eval_grid=128", "method=teng_heun", "t_final=0.1", "dt=auto",

@@ -82,8 +82,13 @@ def validate_job(cfg: DictConfig, *, root: Path, overrides: Iterable[str] = ()) 
     return Job(run=run, options=options, tracking_uri=uri)
 
 
-#: ρ of :func:`initial_radius` by (equation, grid, method): a sweep's jobs share it.
-_RADII: dict[tuple, float | None] = {}
+#: (ρ, whether the rates are oscillatory) of :func:`initial_spectrum` by (equation, grid,
+#: method): a sweep's jobs share it.
+_RADII: dict[tuple, tuple[float, bool] | None] = {}
+
+#: A fixed Δt past a real spectrum's stable step is flagged when its fastest mode would grow by
+#: more than this over the run (:func:`stability_warning`).
+GROWTH_FLAGGED = 10.0
 
 
 def initial_radius(run: RunConfig) -> float | None:
@@ -92,6 +97,13 @@ def initial_radius(run: RunConfig) -> float | None:
     ``dt: auto`` caps its steps by, from u₀ itself — known before θ₀, which it is fitted
     to. None where there is no cap to compute: an implicit or non-TENG method, a system
     (its coefficients are θ's), a domain without the transport (a disk, sampled points)."""
+    spectrum = initial_spectrum(run)
+    return None if spectrum is None else spectrum[0]
+
+
+def initial_spectrum(run: RunConfig) -> tuple[float, bool] | None:
+    """:func:`initial_radius`'s ρ, and whether it is the radius of oscillatory rates (waves,
+    dispersion, advection: ρ above the fastest real decay) rather than of a real decay."""
     method, options, eq = run.method.cls, run.method.options, run.equation
     grid, holdout = getattr(options, "grid", None), getattr(options, "holdout", None)
     if method.stability_limit(options) is None or grid is None or holdout is None or eq.components:
@@ -102,8 +114,12 @@ def initial_radius(run: RunConfig) -> float | None:
         weights = np.broadcast_to(np.asarray(points.weights, np.float64), points.points.shape[:1])
         transport = transport_for(eq, points, weights, "transport", eq.quadrature(grid).grid_shape,
                                   method.stability_region(options))
-        _RADII[key] = None if transport is None else transport.radius(np.asarray(
-            transport.coefficients(eq, lambda p: eq.u0(p.T), jnp.asarray(points.points), 0.0)))
+        if transport is None:
+            _RADII[key] = None
+        else:
+            a = np.asarray(transport.coefficients(eq, lambda p: eq.u0(p.T), jnp.asarray(points.points), 0.0))
+            rho = transport.radius(a)
+            _RADII[key] = rho, rho > max(0.0, float(np.max(-transport.rates(a).real)))
     return _RADII[key]
 
 
@@ -114,25 +130,32 @@ def say_stability(run: RunConfig) -> None:
 
 
 def stability_warning(run: RunConfig) -> str | None:
-    """Before θ₀, from u₀'s spectrum (:func:`initial_radius`): a fixed Δt beyond the
+    """Before θ₀, from u₀'s spectrum (:func:`initial_spectrum`): a fixed Δt beyond the
     explicit integrator's stable step x/ρ gets one warning line naming that step and what
-    to do; under ``dt: auto`` a stable step (the controller's cap,
+    to do — on oscillatory rates always, on a real decay where its fastest mode would grow
+    by more than :data:`GROWTH_FLAGGED` over the run, |R(−Δtρ)|^steps; under ``dt: auto`` a
+    stable step (the controller's cap,
     :meth:`~teng_eq.run.schedule.Adaptive.stable_step`) below ``controller.dt_min`` is
     refused in one line (Euler and Heun on a dispersive spectrum), which the run would
     otherwise say after θ₀. None where neither holds, or no cap is computed. Not part of
     :func:`validate_job` (it differentiates L[u₀], seconds where the other checks take
     milliseconds): the command line's :func:`preflight` and :func:`teng_eq.api.run` call it."""
-    rho = initial_radius(run)
-    if not rho:
+    spectrum = initial_spectrum(run)
+    if not spectrum or not spectrum[0]:
         return None
-    limit = run.method.cls.stability_limit(run.method.options)
-    name = run.method.name
+    (rho, oscillatory), method, options = spectrum, run.method.cls, run.method.options
+    limit, name = method.stability_limit(options), run.method.name
     if run.adaptive:
         cap = Adaptive(run.controller, (run.t_final,), 1, 0.0, limit).stable_step(rho)
         if cap < run.controller.dt_min:
             raise ConfigError(f"invalid config: {below_dt_min(name, 0.0, cap, run.controller.dt_min)}")
         return None
     if run.dt <= limit / rho:
+        return None
+    # Just past a real decay's bound the fastest mode barely grows (the main job's Δt 0.02:
+    # |R| = 1.05 a step, 1.6 over its 10), and a fit carries little of it: not flagged.
+    growth = None if oscillatory else method.amplification(options, -run.dt * rho)
+    if growth is not None and growth ** run.n_steps <= GROWTH_FLAGGED:
         return None
     stable = limit / rho
     return (f"warning: dt={run.dt:g} is beyond {name}'s stable step {stable:.3g} on the fastest mode of "

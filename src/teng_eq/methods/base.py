@@ -132,6 +132,11 @@ class Method(eqx.Module):
         return None
 
     @classmethod
+    def amplification(cls, options, z: float) -> float | None:
+        """|R(z)|, the step's growth factor of a mode whose Δtλ is ``z`` (real); None: not known."""
+        return None
+
+    @classmethod
     def stability_region(cls, options) -> Callable | None:
         """The step's stability region for complex rates, as the radius ρ of a set of them
         (:meth:`teng_eq.stepping.tableau.Tableau.equivalent_radius`); None: none known (an

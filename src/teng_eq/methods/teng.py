@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from teng_eq.config.options import at_least, one_of
@@ -113,6 +114,10 @@ class TENG(ThetaMethod):
     @classmethod
     def stability_limit(cls, options: Options) -> float | None:
         return options.FAMILY[options.integrator].stability_limit
+
+    @classmethod
+    def amplification(cls, options: Options, z: float) -> float | None:
+        return float(abs(options.FAMILY[options.integrator].stability(np.array([z]))[0]))
 
     @classmethod
     def stability_region(cls, options: Options) -> Callable | None:
