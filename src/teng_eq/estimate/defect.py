@@ -38,6 +38,7 @@ class Fields(eqx.Module):
     lap_f: Float[Array, " n"] | None
     mu: Float[Array, ""] | None
     coefficients: Float[Array, "alphas n"] | None = None  # a_α of L′[û] (transport)
+    remainder: Float[Array, " n"] | None = None  # L[û] − L′[û]û (a carried transport's flow defect)
 
 
 class Defect(eqx.Module):
@@ -72,7 +73,8 @@ class Defect(eqx.Module):
     short: bool = eqx.field(static=True)
 
     def __init__(self, space: ParamSpace, equation: Equation, quadrature: Quadrature, kind: str,
-                 resolved: tuple[int, ...] | None = None, region: Callable | None = None):
+                 resolved: tuple[int, ...] | None = None, region: Callable | None = None,
+                 implicit: bool = False):
         self.space, self.equation = space, equation
         self.short = equation.autonomous and type(equation).operator is Equation.operator
         self.hermite = (kind in ("transport", "hermite", "hermite_triangle")
@@ -86,7 +88,8 @@ class Defect(eqx.Module):
         self.transport = None if not (periodic and (kind == "transport" or system)) else SystemTransport(
             equation.periods, quadrature.grid_shape, equation.order, len(equation.components), resolved,
             region
-        ) if system else Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region)
+        ) if system else Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region,
+                                   carried=implicit)
         if kind == "transport" and not system and boxed(equation):  # the box's own modes
             self.transport = BoxTransport(equation.domain, quadrature.points, weights, equation.order,
                                           resolved, region)
@@ -124,6 +127,11 @@ class Defect(eqx.Module):
             self.equation, u_fn, self.points, self.weights, t, self.modes)
         a = None if self.transport is None else self.transport.coefficients(
             self.equation, u_fn, self.points, t)
+        if getattr(self.transport, "carried", False):  # L[û] and L′[û]û: one derivative along û itself
+            f, lin = jax.jvp(lambda s: operator(self.equation, lambda p: (1 + s) * u_fn(p), self.points, t),
+                             (jnp.zeros((), self.points.dtype),), (jnp.ones((), self.points.dtype),))
+            field = Field(u_fn, self.points)
+            return Fields(field.value, field.grad, None, f, None, None, mu, a, f - lin)
         if not self.short:
             field = Field(u_fn, self.points)
             return Fields(field.value, field.grad, None, self.equation.operator(field, t), None, None, mu, a)
@@ -153,6 +161,11 @@ class Defect(eqx.Module):
                         self.equation.growth_rate(end.u, end.grad))
         scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(end.u),
                    "growth_rate": jnp.maximum(jnp.asarray(mu0, jnp.float64), jnp.asarray(mu1, jnp.float64))}
+        if getattr(self.transport, "carried", False):  # under implicit steps: the flow's defect
+            defect = self.transport.flow_defect((start.u, end.u), (start.remainder, end.remainder),
+                                                (start.coefficients, end.coefficients), dt)
+            extra = {"defect_l2": self.norm(defect)} if self.hermite else {}  # the keys of the kind's metrics
+            return {"defect": defect}, {**scalars, **extra}
         if not self.hermite:
             return {"defect": trapezoid}, scalars
         if self.short:  # p(½) of the cubic Hermite interpolant, with its gradient and Laplacian

@@ -119,7 +119,8 @@ class TENG(ThetaMethod):
         where their rates are complex (an implicit one is A-stable: no cap)."""
         eq, tableau = self.advance.equation, self.advance.tableau
         region = tableau.equivalent_radius if tableau.explicit else None
-        return Defect(self.space, eq, self.advance.holdout, kind, resolved=self.grid_shape, region=region)
+        return Defect(self.space, eq, self.advance.holdout, kind, resolved=self.grid_shape, region=region,
+                      implicit=not tableau.explicit)
 
     @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:
