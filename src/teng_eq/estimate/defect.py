@@ -93,6 +93,9 @@ class Defect(eqx.Module):
         if kind == "transport" and not system and boxed(equation):  # the box's own modes
             self.transport = BoxTransport(equation.domain, quadrature.points, weights, equation.order,
                                           resolved, region)
+        elif kind == "transport" and not system and self.transport is not None and not frozen(
+                equation, self.transport, self.points):
+            self.transport = None  # the frozen-coefficient model does not hold: the contractive bound
         declared = type(equation).growth_rate is not Equation.growth_rate
         self.modes = None if declared or self.transport else fourier_modes(equation.periods, len(self.points))
 
@@ -183,6 +186,27 @@ class Defect(eqx.Module):
             lp_half = operator(self.equation, p_half, self.points, t + dt / 2)
         defect = (end.u - start.u) - dt / 6 * (start.f + 4 * lp_half + end.f)
         return {"defect": defect}, {**scalars, "defect_l2": self.norm(defect)}
+
+
+def frozen(equation: Equation, transport: Transport, points) -> bool:
+    """Whether the transport's frozen-coefficient model holds on the equation
+    (:meth:`~teng_eq.estimate.transport.Transport.frozen`), decided once, before the run: on
+    L′ at the constant state ⟨u₀⟩ (the mean of u₀ on the ``points``) at t = 0, where its
+    coefficients vary in x only by the equation's own dependence on x (Burgers' advection
+    by û, Allen–Cahn's reaction, Kuramoto–Sivashinsky's: constant there). Coefficients that
+    are not finite there decide nothing (the transport stays)."""
+    level = jnp.mean(equation.u0(points.T))
+    a = transport.coefficients(equation, lambda p: jnp.full(p.shape[0], level, p.dtype), points, 0.0)
+    a = np.asarray(a)
+    return not np.all(np.isfinite(a)) or transport.frozen(a)
+
+
+def transport_refused(equation: Equation) -> str:
+    """Why ``estimate=transport`` computed another kind on the equation (one phrase)."""
+    if equation.periods is not None and not equation.components:
+        return ("finds the coefficients of L′ varying in x more than its derivatives damp "
+                "(the frozen-coefficient transport does not hold)")
+    return "needs a periodic box"
 
 
 def boxed(equation: Equation) -> bool:

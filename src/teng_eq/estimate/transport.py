@@ -90,6 +90,29 @@ class Transport(eqx.Module):
         through = self.region(rates)
         return through if through > rho * (1 + self.RESOLUTION) else rho
 
+    def frozen(self, a: np.ndarray) -> bool:
+        """Whether the frozen-coefficient model holds for L′ = Σ_α a_α(x) ∂^α (``a`` on the
+        grid, on the host): on every wave number k ≠ 0 a fit resolves, the variable part of
+        the derivatives never exceeds the damping their means give that mode,
+
+            max_x |Σ_{|α|≥1} (a_α(x) − ⟨a_α⟩)(ik)^α| ≤ −Re Σ_{|α|≥1} ⟨a_α⟩(ik)^α   (+ 10⁻¹⁰ of the symbol).
+
+        Then :meth:`propagate`'s explicit rule for the rest R is a contraction relative to
+        e^{hΛ} on each mode (for a real Λ = −d and |r| ≤ d: e^{−hd} + (1 − e^{−hd}) r/d ∈
+        [−1, 1]), as on a variable diffusivity a ≥ ½ ⟨a⟩. Where it fails (a velocity that
+        varies in x with ν = 0: Λ = −i⟨c⟩·k, no damping) the rule is Euler's on
+        R's imaginary rates, |1 + ihr| > 1: it grows an error the operator only moves.
+        The zeroth-order part (a reaction c(x)) is bounded and left out."""
+        a = np.asarray(a, np.float64)
+        derivative = np.array([sum(alpha) >= 1 for alpha in self.alphas])
+        waves = np.any(self.resolving[derivative] != 0, axis=0)  # k ≠ 0
+        symbols = self.resolving[derivative][:, waves]
+        mean = a[derivative].mean(axis=1)
+        damping = -(mean @ symbols).real
+        variable = np.max(np.abs((a[derivative] - mean[:, None]).T @ symbols), axis=0)
+        scale = np.max(np.abs(a[derivative]), axis=1) @ np.abs(symbols)
+        return bool(np.all(variable <= damping + 1e-10 * scale))
+
     def coefficients(self, equation: Equation, u_fn: Callable, points, t) -> Float[Array, "alphas n"]:
         """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
         φ_α(p) = Π_i (p_i − p̄_i)^{α_i}/α_i! (p̄ = p held fixed): every derivative of φ_α at
