@@ -76,7 +76,9 @@ class Defect(eqx.Module):
                  resolved: tuple[int, ...] | None = None, region: Callable | None = None,
                  implicit: bool = False):
         self.space, self.equation = space, equation
-        self.short = equation.autonomous and type(equation).operator is Equation.operator
+        # the short form's fields need no θ; a carried transport's flow defect reads both ends' θ
+        self.short = equation.autonomous and type(equation).operator is Equation.operator and not (
+            implicit and kind == "transport")
         self.hermite = (kind in ("transport", "hermite", "hermite_triangle")
                         and (self.short or equation.order <= 2))
         weights = jnp.broadcast_to(jnp.asarray(quadrature.weights, jnp.float64), quadrature.points.shape[:1])
@@ -130,11 +132,10 @@ class Defect(eqx.Module):
             self.equation, u_fn, self.points, self.weights, t, self.modes)
         a = None if self.transport is None else self.transport.coefficients(
             self.equation, u_fn, self.points, t)
-        if getattr(self.transport, "carried", False):  # L[û] and L′[û]û: one derivative along û itself
-            f, lin = jax.jvp(lambda s: operator(self.equation, lambda p: (1 + s) * u_fn(p), self.points, t),
-                             (jnp.zeros((), self.points.dtype),), (jnp.ones((), self.points.dtype),))
+        if getattr(self.transport, "carried", False):
             field = Field(u_fn, self.points)
-            return Fields(field.value, field.grad, None, f, None, None, mu, a, f - lin)
+            f, remainder = self.remainder(u_fn, t, with_operator=True)
+            return Fields(field.value, field.grad, None, f, None, None, mu, a, remainder)
         if not self.short:
             field = Field(u_fn, self.points)
             return Fields(field.value, field.grad, None, self.equation.operator(field, t), None, None, mu, a)
@@ -144,6 +145,14 @@ class Defect(eqx.Module):
             return Fields(u, grad, lap, f, None, None, mu, a)
         _, grad_f, lap_f = derivatives(lambda p: operator(self.equation, u_fn, p), self.points)
         return Fields(u, grad, lap, f, grad_f, lap_f, mu, a)
+
+    def remainder(self, u_fn: Callable, t, with_operator: bool = False):
+        """L[u] − L′[u]u at the points (a carried transport's flow defect): L and L′[u]u by one
+        forward derivative along u itself; with ``with_operator``, (L[u], that)."""
+        one = jnp.ones((), self.points.dtype)
+        f, lin = jax.jvp(lambda s: operator(self.equation, lambda p: (1 + s) * u_fn(p), self.points, t),
+                         (0 * one,), (one,))
+        return (f, f - lin) if with_operator else f - lin
 
     def __call__(
         self, theta0, theta1, dt, t=0.0
@@ -165,7 +174,9 @@ class Defect(eqx.Module):
         scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(end.u),
                    "growth_rate": jnp.maximum(jnp.asarray(mu0, jnp.float64), jnp.asarray(mu1, jnp.float64))}
         if getattr(self.transport, "carried", False):  # under implicit steps: the flow's defect
-            defect = self.transport.flow_defect((start.u, end.u), (start.remainder, end.remainder),
+            a, b = (self._u(th) for th in thetas)
+            middle = self.remainder(lambda p: (a(p) + b(p)) / 2, t + dt / 2)
+            defect = self.transport.flow_defect((start.u, end.u), (start.remainder, middle, end.remainder),
                                                 (start.coefficients, end.coefficients), dt)
             extra = {"defect_l2": self.norm(defect)} if self.hermite else {}  # the keys of the kind's metrics
             return {"defect": defect}, {**scalars, **extra}

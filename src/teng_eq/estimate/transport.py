@@ -7,6 +7,7 @@ operators (:mod:`teng_eq.stepping.implicit`)."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -159,29 +160,35 @@ class Transport(eqx.Module):
             new = np.exp(z) * e_hat + phi1(z) * (varying + self._fft(defect))
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
 
-    def flow_defect(self, u: tuple[Array, Array], remainder: tuple[Array, Array],
+    def flow_defect(self, u: tuple[Array, Array], remainder: tuple[Array, Array, Array],
                     a: tuple[Array, Array], h) -> Float[Array, " n"]:
         """The step's local term as the defect of the linearised flow over it, on the grid
         (traced): with Λ the Fourier diagonal of the step's mean coefficients and
-        N = L[û] − Λû the rest at each end,
+        N = L[û] − Λû the rest at the step's start, middle and end (N₀, N½, N₁),
 
-            d = û₁ − e^{hΛ} û₀ − h ((φ₁ − φ₂)(hΛ) N̂₀ + φ₂(hΛ) N̂₁),   φ₂(z) = (e^z − 1 − z)/z²,
+            d = û₁ − e^{hΛ} û₀ − ∫₀^h e^{(h−s)Λ} N(s) ds,
 
-        the exact flow of ∂ₜu = Λu + N from û₀, N linear in time over the step, taken from û₁
-        (variation of constants). Λû is applied spectrally, as an implicit stage applies
-        (I − hΛ)⁻¹ on its grid, and N = ``remainder`` + Σ_α a_α ∂^α û − Λû with the
+        the exact flow of ∂ₜu = Λu + N from û₀, taken from û₁ (variation of constants), N
+        quadratic in time through its three values: the integral is
+        h(φ₁N̂₀ + φ₂(4N̂½ − 3N̂₀ − N̂₁) + 4φ₃(N̂₀ − 2N̂½ + N̂₁)), φⱼ(hΛ), exact for a forcing
+        quadratic in t (Simpson's rule where Λ = 0). Λû is applied spectrally, as an implicit
+        stage applies (I − hΛ)⁻¹ on its grid, and N = ``remainder`` + Σ_α a_α ∂^α û − Λû with the
         ``remainder`` L[û] − L′[û]û pointwise (the network's own derivatives, where a stiff
         Λ would multiply the network's content above the grid's band by |k|⁴: what the
         trapezoid defect sees, and which counted the error of the fit that sits still
-        through an implicit step |hΛ| times): ∂^α û spectral too. The ``u``, ``remainder``
-        and coefficients ``a`` are both ends'."""
+        through an implicit step |hΛ| times): ∂^α û spectral too, the middle's on (û₀ + û₁)/2
+        with the mean coefficients. ``u`` and the coefficients ``a``: both ends'."""
         mean = (a[0] + a[1]) / 2
         lam = self.symbol(mean)[0]
         z = h * lam
+        u = (u[0], (u[0] + u[1]) / 2, u[1])
         hat = [self._fft(v) for v in u]
-        rest = [self._fft(r + self.apply(c, v)) - lam * v_hat for r, c, v, v_hat in zip(remainder, a, u, hat)]
-        p1, p2 = _phi12(z)
-        d_hat = hat[1] - jnp.exp(z) * hat[0] - h * ((p1 - p2) * rest[0] + p2 * rest[1])
+        rest = [self._fft(r + self.apply(c, v)) - lam * v_hat
+                for r, c, v, v_hat in zip(remainder, (a[0], mean, a[1]), u, hat)]
+        p1, p2, p3 = (_phi(j, z) for j in (1, 2, 3))
+        integral = p1 * rest[0] + p2 * (4 * rest[1] - 3 * rest[0] - rest[2]) + 4 * p3 * (
+            rest[0] - 2 * rest[1] + rest[2])
+        d_hat = hat[2] - jnp.exp(z) * hat[0] - h * integral
         return jnp.fft.ifftn(jnp.reshape(d_hat, self.shape)).real.ravel()
 
 
@@ -190,15 +197,15 @@ def phi1(z: np.ndarray) -> np.ndarray:
     return np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
 
 
-def _phi12(z: Array) -> tuple[Array, Array]:
-    """φ₁(z) and φ₂(z) = (e^z − 1 − z)/z², traced; their Taylor series where |z| < 10⁻³
-    (there the quotients lose digits to cancellation: φ₂'s series to z³ is exact to 10⁻¹⁵)."""
-    small = jnp.abs(z) < 1e-3
+def _phi(j: int, z: Array) -> Array:
+    """φⱼ(z) = (e^z − Σ_{m<j} z^m/m!)/z^j (φ₁ = (e^z − 1)/z), traced: its Taylor series
+    Σ_m z^m/(m + j)! to 20 terms where |z| < ½ (there the quotient loses digits to
+    cancellation; the series' remainder is below 10⁻²⁰), the quotient elsewhere."""
+    small = jnp.abs(z) < 0.5
+    series = sum(z**m / float(math.factorial(m + j)) for m in range(20))
     safe = jnp.where(small, 1.0, z)
-    e = jnp.expm1(safe)
-    p1 = jnp.where(small, 1.0 + z / 2 + z**2 / 6 + z**3 / 24, e / safe)
-    p2 = jnp.where(small, 0.5 + z / 6 + z**2 / 24 + z**3 / 120, (e - safe) / safe**2)
-    return p1, p2
+    head = sum(safe**m / float(math.factorial(m)) for m in range(1, j))
+    return jnp.where(small, series, (jnp.expm1(safe) - head) / safe**j)
 
 
 def linear_coefficients(equation: Equation, u_fn: Callable, points, t,
