@@ -96,7 +96,10 @@ class Transport(eqx.Module):
         grid, on the host): on every wave number k ≠ 0 a fit resolves, the variable part of
         the derivatives never exceeds the damping their means give that mode,
 
-            max_x |Σ_{|α|≥1} (a_α(x) − ⟨a_α⟩)(ik)^α| ≤ −Re Σ_{|α|≥1} ⟨a_α⟩(ik)^α   (+ 10⁻¹⁰ of the symbol).
+            max_x |Σ_{|α|≥1} (a_α(x) − ⟨a_α⟩)(ik)^α| ≤ max(0, −Re Σ_{|α|≥1} ⟨a_α⟩(ik)^α)
+
+        (+ 10⁻¹⁰ of the symbol's size; a mode the mean part grows, as Kuramoto–Sivashinsky's
+        long waves, admits no variable part).
 
         Then :meth:`propagate`'s explicit rule for the rest R is a contraction relative to
         e^{hΛ} on each mode (for a real Λ = −d and |r| ≤ d: e^{−hd} + (1 − e^{−hd}) r/d ∈
@@ -112,7 +115,7 @@ class Transport(eqx.Module):
         damping = -(mean @ symbols).real
         variable = np.max(np.abs((a[derivative] - mean[:, None]).T @ symbols), axis=0)
         scale = np.max(np.abs(a[derivative]), axis=1) @ np.abs(symbols)
-        return bool(np.all(variable <= damping + 1e-10 * scale))
+        return bool(np.all(variable <= np.maximum(damping, 0.0) + 1e-10 * scale))
 
     def coefficients(self, equation: Equation, u_fn: Callable, points, t) -> Float[Array, "alphas n"]:
         """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
