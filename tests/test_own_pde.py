@@ -146,9 +146,9 @@ def test_a_velocity_that_varies_in_x_falls_back_to_the_contractive_bound(warm_ca
 
 def test_the_frozen_coefficient_rule_on_variable_coefficients():
     """:meth:`~teng_eq.estimate.transport.Transport.frozen` on L′'s coefficients on a 16² grid:
-    a constant velocity and a constant anti-diffusion hold (no variable part), a shear flow c(x₂)∂₁ does not (nothing
-    damps its variable part), with ν = 0.05 it still does not at |k₁| = 1 (|c − ⟨c⟩| = 1 >
-    ν|k|²), a diffusivity 1 + ½ sin x₁ sin x₂ holds (its variable part at most
+    a constant velocity and a constant anti-diffusion hold (no variable part), a shear flow
+    c(x₂)∂₁ does not (nothing damps its variable part), with ν = 0.05 it still does not at
+    |k₁| = 1 (|c − ⟨c⟩| = 1 > ν|k|²), a diffusivity 1 + ½ sin x₁ sin x₂ holds (its variable part at most
     ν(½|k|² + ½|k|) ≤ ν|k|²), e^{2 sin x₁} does not: it exceeds twice its mean ⟨a⟩ = I₀(2) =
     2.28 (e² = 7.39), so |a − ⟨a⟩| > ⟨a⟩ on the short waves, where the explicit rule for the
     rest would amplify (1 − e^{−hd}) r/d < −1."""
