@@ -174,10 +174,13 @@ class Defect(eqx.Module):
         scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(end.u),
                    "growth_rate": jnp.maximum(jnp.asarray(mu0, jnp.float64), jnp.asarray(mu1, jnp.float64))}
         if getattr(self.transport, "carried", False):  # under implicit steps: the flow's defect
-            a, b = (self._u(th) for th in thetas)
-            middle = self.remainder(lambda p: (a(p) + b(p)) / 2, t + dt / 2)
-            defect = self.transport.flow_defect((start.u, end.u), (start.remainder, middle, end.remainder),
-                                                (start.coefficients, end.coefficients), dt)
+            curvature = None  # of N's explicit t-dependence, on the mean of the two networks
+            if not self.equation.autonomous:
+                a, b = (self._u(th) for th in thetas)
+                at = [self.remainder(lambda p: (a(p) + b(p)) / 2, t + c * dt) for c in (0.0, 0.5, 1.0)]
+                curvature = at[1] - (at[0] + at[2]) / 2
+            defect = self.transport.flow_defect((start.u, end.u), (start.remainder, end.remainder),
+                                                (start.coefficients, end.coefficients), dt, curvature)
             extra = {"defect_l2": self.norm(defect)} if self.hermite else {}  # the keys of the kind's metrics
             return {"defect": defect}, {**scalars, **extra}
         if not self.hermite:

@@ -163,8 +163,8 @@ class Transport(eqx.Module):
             new = np.exp(z) * e_hat + phi1(z) * (varying + self._fft(defect))
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
 
-    def flow_defect(self, u: tuple[Array, Array], remainder: tuple[Array, Array, Array],
-                    a: tuple[Array, Array], h) -> Float[Array, " n"]:
+    def flow_defect(self, u: tuple[Array, Array], remainder: tuple[Array, Array], a: tuple[Array, Array], h,
+                    curvature: Array | None = None) -> Float[Array, " n"]:
         """The step's local term as the defect of the linearised flow over it, on the grid
         (traced): with Λ the Fourier diagonal of the step's mean coefficients and
         N = L[û] − Λû the rest at the step's start, middle and end (N₀, N½, N₁),
@@ -172,26 +172,31 @@ class Transport(eqx.Module):
             d = û₁ − e^{hΛ} û₀ − ∫₀^h e^{(h−s)Λ} N(s) ds,
 
         the exact flow of ∂ₜu = Λu + N from û₀, taken from û₁ (variation of constants), N
-        quadratic in time through its three values: the integral is
+        quadratic in time through its three values: N½ the ends' mean plus the ``curvature``
+        of N's explicit dependence on t (a forcing's; None: 0, as on an autonomous equation;
+        :meth:`~teng_eq.estimate.defect.Defect.combine`), the state's part linear between the
+        ends (the mean of two networks, or of their coefficients, lies O(h²) off the
+        solution's midpoint, which Simpson's weight would carry into a term of the step's own
+        order): the integral is
         h(φ₁N̂₀ + φ₂(4N̂½ − 3N̂₀ − N̂₁) + 4φ₃(N̂₀ − 2N̂½ + N̂₁)), φⱼ(hΛ), exact for a forcing
         quadratic in t (Simpson's rule where Λ = 0). Λû is applied spectrally, as an implicit
         stage applies (I − hΛ)⁻¹ on its grid, and N = ``remainder`` + Σ_α a_α ∂^α û − Λû with the
         ``remainder`` L[û] − L′[û]û pointwise (the network's own derivatives, where a stiff
         Λ would multiply the network's content above the grid's band by |k|⁴: what the
         trapezoid defect sees, and which counted the error of the fit that sits still
-        through an implicit step |hΛ| times): ∂^α û spectral too, the middle's on (û₀ + û₁)/2
-        with the mean coefficients. ``u`` and the coefficients ``a``: both ends'."""
+        through an implicit step |hΛ| times): ∂^α û spectral too. ``u``, ``remainder`` and the
+        coefficients ``a``: both ends'."""
         mean = (a[0] + a[1]) / 2
         lam = self.symbol(mean)[0]
         z = h * lam
-        u = (u[0], (u[0] + u[1]) / 2, u[1])
         hat = [self._fft(v) for v in u]
-        rest = [self._fft(r + self.apply(c, v)) - lam * v_hat
-                for r, c, v, v_hat in zip(remainder, (a[0], mean, a[1]), u, hat)]
+        ends = [self._fft(r + self.apply(c, v)) - lam * v_hat for r, c, v, v_hat in zip(remainder, a, u, hat)]
+        middle = (ends[0] + ends[1]) / 2 + (0.0 if curvature is None else self._fft(curvature))
+        rest = (ends[0], middle, ends[1])
         p1, p2, p3 = (_phi(j, z) for j in (1, 2, 3))
         integral = p1 * rest[0] + p2 * (4 * rest[1] - 3 * rest[0] - rest[2]) + 4 * p3 * (
             rest[0] - 2 * rest[1] + rest[2])
-        d_hat = hat[2] - jnp.exp(z) * hat[0] - h * integral
+        d_hat = hat[1] - jnp.exp(z) * hat[0] - h * integral
         return jnp.fft.ifftn(jnp.reshape(d_hat, self.shape)).real.ravel()
 
 
