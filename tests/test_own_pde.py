@@ -135,6 +135,51 @@ def test_advection_diffusion_against_its_exact_solution(warm_cache):
     np.testing.assert_allclose(r.metrics["growth_rate"], 0.0, rtol=0, atol=1e-12)
 
 
+def test_a_velocity_that_varies_in_x_falls_back_to_the_contractive_bound(warm_cache):
+    """Advection by a shear flow, c = sin x₂, ν = 0 (examples/shear_advection.py): the
+    coefficient of ∂₁ in L′ varies over the grid with no damping to dominate it, so the
+    default ``transport`` computes ``hermite`` (the run's ``estimate_used``), which follows
+    the error by characteristics; the forced diffusion's variable diffusivity keeps the
+    transport (below)."""
+    r = run_simulation(example("shear_advection", "t_final=0.08", "dt=0.01"), cache_dir=warm_cache)
+    assert r.estimate == "hermite"
+    _bracketed(r)
+    _global_bracketed(r)
+
+
+def test_the_frozen_coefficient_rule_on_variable_coefficients():
+    """:meth:`~teng_eq.estimate.transport.Transport.frozen` on L′'s coefficients on a 16² grid:
+    a constant velocity and a constant anti-diffusion hold (no variable part), a shear flow
+    c(x₂)∂₁ does not (nothing damps its variable part), with ν = 0.05 it still does not at
+    |k₁| = 1 (|c − ⟨c⟩| = 1 > ν|k|²), a diffusivity 1 + ½ sin x₁ sin x₂ holds (its variable part at most
+    ν(½|k|² + ½|k|) ≤ ν|k|²), e^{2 sin x₁} does not: it exceeds twice its mean ⟨a⟩ = I₀(2) =
+    2.28 (e² = 7.39), so |a − ⟨a⟩| > ⟨a⟩ on the short waves, where the explicit rule for the
+    rest would amplify (1 − e^{−hd}) r/d < −1."""
+    from teng_eq.estimate.transport import Transport
+
+    periods, n = (2 * math.pi, 2 * math.pi), 16
+    tr = Transport(periods, (n, n), 2)
+    x = np.meshgrid(*[np.arange(n) * 2 * math.pi / n] * 2, indexing="ij")
+    x1, x2 = (v.ravel() for v in x)
+    index = {a: i for i, a in enumerate(tr.alphas)}
+
+    def coefficients(**terms):
+        a = np.zeros((len(tr.alphas), n * n))
+        for name, value in terms.items():
+            a[index[tuple(int(c) for c in name[1:])]] = value
+        return a
+
+    assert tr.frozen(coefficients(a10=-1.0 + 0 * x1, a01=-0.5 + 0 * x1))
+    assert tr.frozen(coefficients(a20=1.0 + 0 * x1))  # constant, growing every mode (KS's long waves)
+    assert not tr.frozen(coefficients(a10=-np.sin(x2)))
+    assert not tr.frozen(coefficients(a10=-np.sin(x2), a20=0.05 + 0 * x1, a02=0.05 + 0 * x1))
+    a = 1 + 0.5 * np.sin(x1) * np.sin(x2)
+    da = (0.5 * np.cos(x1) * np.sin(x2), 0.5 * np.sin(x1) * np.cos(x2))
+    assert tr.frozen(coefficients(a20=0.1 * a, a02=0.1 * a, a10=0.1 * da[0], a01=0.1 * da[1]))
+    a = np.exp(2 * np.sin(x1))
+    assert not tr.frozen(coefficients(a20=0.1 * a, a02=0.1 * a, a10=0.1 * 2 * np.cos(x1) * a))
+
+
 def test_a_forced_equation_with_a_variable_coefficient_against_its_manufactured_solution(warm_cache):
     cfg = example("forced_diffusion", "t_final=0.1", "dt=0.01")
     assert not cfg.equation.autonomous
@@ -152,6 +197,33 @@ def test_a_fourth_order_equation_against_its_exact_solution(warm_cache):
     assert r.estimate == "transport"
     _bracketed(r)
     _global_bracketed(r)
+
+
+def test_an_implicit_steps_estimate_follows_a_stiff_equations_error(warm_cache):
+    """SDIRK2 on the biharmonic at κ = 0.01, Δt = 0.02 (hκ|k|⁴ up to 13 on the fit's
+    16² grid): the fit's error between the nodes sits still through the implicit steps, and
+    the estimate's local term, the linearised flow's defect with Λû spectral on the held-out
+    grid, sees it sit still (the trapezoid defect, weighted by φ₁(hΛ), counted it anew each
+    step: 8.5–12.4 after step 5 here, and growing)."""
+    cfg = example("biharmonic", "equation.kappa=0.01", "method=teng_sdirk2", "dt=0.02", "t_final=0.16")
+    r = run_simulation(cfg, cache_dir=warm_cache)
+    assert r.estimate == "transport"
+    _bracketed(r)
+    _global_bracketed(r)
+
+
+def test_an_implicit_steps_estimate_follows_a_forced_stiff_equations_error(warm_cache):
+    """SDIRK2 on ∂ₜu = −κ∂ₓ⁴u + f(x, t) on a line (examples/forced_hyperdiffusion.py, κ = 0.01,
+    32 nodes, Δt = 0.02): the flow defect's rest N is the forcing, taken quadratic in time
+    through the step's middle, and the estimate is the error itself: within 15 % (measured
+    1.052–1.059 here, 1.000 on 64 nodes; the trapezoid defect 2.97 there, N linear between
+    the ends only 4.45)."""
+    cfg = example("forced_hyperdiffusion", "grid=32", "eval_grid=64", "method=teng_sdirk2", "dt=0.02",
+                  "t_final=0.16")
+    r = run_simulation(cfg, cache_dir=warm_cache)
+    assert r.estimate == "transport"
+    ratios = TRANSPORT.check(r.est_rel_l2, r.rel_l2, min_steps=3)
+    np.testing.assert_allclose(ratios, 1.0, atol=0.15)
 
 
 def test_dt_auto_keeps_a_stiff_equations_steps_stable(warm_cache):

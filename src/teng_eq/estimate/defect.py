@@ -38,16 +38,19 @@ class Fields(eqx.Module):
     lap_f: Float[Array, " n"] | None
     mu: Float[Array, ""] | None
     coefficients: Float[Array, "alphas n"] | None = None  # a_α of L′[û] (transport)
+    remainder: Float[Array, " n"] | None = None  # L[û] − L′[û]û (a carried transport's flow defect)
 
 
 def transport_for(equation: Equation, quadrature: Quadrature, weights, kind: str,
-                  resolved: tuple[int, ...] | None = None,
-                  region: Callable | None = None) -> Transport | BoxTransport | None:
+                  resolved: tuple[int, ...] | None = None, region: Callable | None = None,
+                  carried: bool = False) -> Transport | BoxTransport | None:
     """The error's transport of an estimate of ``kind`` on ``quadrature`` (``weights``: its
     rows', the boundary's 0): a periodic grid's (:class:`Transport`, a system's
     :class:`SystemTransport` for every kind), a box with sides' own modes
-    (:class:`BoxTransport`), or None. ``resolved``: the grid whose wave numbers a step must
-    be stable on; ``region``: the integrator's stability region for complex rates."""
+    (:class:`BoxTransport`), or None — also where a scalar's frozen-coefficient model does
+    not hold (:func:`frozen`). ``resolved``: the grid whose wave numbers a step must be
+    stable on; ``region``: the integrator's stability region for complex rates; ``carried``:
+    the step's defect added as the linearised flow's (an implicit step's)."""
     periodic = equation.periods is not None and quadrature.grid_shape is not None
     system = bool(equation.components)
     if kind == "transport" and not system and boxed(equation):  # the box's own modes
@@ -57,7 +60,10 @@ def transport_for(equation: Equation, quadrature: Quadrature, weights, kind: str
     if system:
         return SystemTransport(equation.periods, quadrature.grid_shape, equation.order,
                                len(equation.components), resolved, region)
-    return Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region)
+    transport = Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region,
+                          carried=carried)
+    # Where the frozen-coefficient model does not hold: the contractive bound instead.
+    return transport if frozen(equation, transport, jnp.asarray(quadrature.points)) else None
 
 
 class Defect(eqx.Module):
@@ -92,16 +98,20 @@ class Defect(eqx.Module):
     short: bool = eqx.field(static=True)
 
     def __init__(self, space: ParamSpace, equation: Equation, quadrature: Quadrature, kind: str,
-                 resolved: tuple[int, ...] | None = None, region: Callable | None = None):
+                 resolved: tuple[int, ...] | None = None, region: Callable | None = None,
+                 implicit: bool = False):
         self.space, self.equation = space, equation
-        self.short = equation.autonomous and type(equation).operator is Equation.operator
+        # the short form's fields need no θ; a carried transport's flow defect reads both ends' θ
+        self.short = equation.autonomous and type(equation).operator is Equation.operator and not (
+            implicit and kind == "transport")
         self.hermite = (kind in ("transport", "hermite", "hermite_triangle")
                         and (self.short or equation.order <= 2))
         weights = jnp.broadcast_to(jnp.asarray(quadrature.weights, jnp.float64), quadrature.points.shape[:1])
         if quadrature.boundary is not None:  # the PDE holds inside; the boundary rows carry its condition
             weights = jnp.where(quadrature.boundary, 0.0, weights)
         self.points, self.weights = jnp.asarray(quadrature.points), weights
-        self.transport = transport_for(equation, quadrature, weights, kind, resolved, region)
+        self.transport = transport_for(equation, quadrature, weights, kind, resolved, region,
+                                       carried=implicit)
         declared = type(equation).growth_rate is not Equation.growth_rate
         self.modes = None if declared or self.transport else fourier_modes(equation.periods, len(self.points))
 
@@ -136,6 +146,10 @@ class Defect(eqx.Module):
             self.equation, u_fn, self.points, self.weights, t, self.modes)
         a = None if self.transport is None else self.transport.coefficients(
             self.equation, u_fn, self.points, t)
+        if getattr(self.transport, "carried", False):
+            field = Field(u_fn, self.points)
+            f, remainder = self.remainder(u_fn, t, with_operator=True)
+            return Fields(field.value, field.grad, None, f, None, None, mu, a, remainder)
         if not self.short:
             field = Field(u_fn, self.points)
             return Fields(field.value, field.grad, None, self.equation.operator(field, t), None, None, mu, a)
@@ -145,6 +159,14 @@ class Defect(eqx.Module):
             return Fields(u, grad, lap, f, None, None, mu, a)
         _, grad_f, lap_f = derivatives(lambda p: operator(self.equation, u_fn, p), self.points)
         return Fields(u, grad, lap, f, grad_f, lap_f, mu, a)
+
+    def remainder(self, u_fn: Callable, t, with_operator: bool = False):
+        """L[u] − L′[u]u at the points (a carried transport's flow defect): L and L′[u]u by one
+        forward derivative along u itself; with ``with_operator``, (L[u], that)."""
+        one = jnp.ones((), self.points.dtype)
+        f, lin = jax.jvp(lambda s: operator(self.equation, lambda p: (1 + s) * u_fn(p), self.points, t),
+                         (0 * one,), (one,))
+        return (f, f - lin) if with_operator else f - lin
 
     def __call__(
         self, theta0, theta1, dt, t=0.0
@@ -165,6 +187,16 @@ class Defect(eqx.Module):
                         self.equation.growth_rate(end.u, end.grad))
         scalars = {"trapezoid_l2": self.norm(trapezoid), "u_l2": self.norm(end.u),
                    "growth_rate": jnp.maximum(jnp.asarray(mu0, jnp.float64), jnp.asarray(mu1, jnp.float64))}
+        if getattr(self.transport, "carried", False):  # under implicit steps: the flow's defect
+            curvature = None  # of N's explicit t-dependence, on the mean of the two networks
+            if not self.equation.autonomous:
+                a, b = (self._u(th) for th in thetas)
+                at = [self.remainder(lambda p: (a(p) + b(p)) / 2, t + c * dt) for c in (0.0, 0.5, 1.0)]
+                curvature = at[1] - (at[0] + at[2]) / 2
+            defect = self.transport.flow_defect((start.u, end.u), (start.remainder, end.remainder),
+                                                (start.coefficients, end.coefficients), dt, curvature)
+            extra = {"defect_l2": self.norm(defect)} if self.hermite else {}  # the keys of the kind's metrics
+            return {"defect": defect}, {**scalars, **extra}
         if not self.hermite:
             return {"defect": trapezoid}, scalars
         if self.short:  # p(½) of the cubic Hermite interpolant, with its gradient and Laplacian
@@ -182,6 +214,27 @@ class Defect(eqx.Module):
             lp_half = operator(self.equation, p_half, self.points, t + dt / 2)
         defect = (end.u - start.u) - dt / 6 * (start.f + 4 * lp_half + end.f)
         return {"defect": defect}, {**scalars, "defect_l2": self.norm(defect)}
+
+
+def frozen(equation: Equation, transport: Transport, points) -> bool:
+    """Whether the transport's frozen-coefficient model holds on the equation
+    (:meth:`~teng_eq.estimate.transport.Transport.frozen`), decided once, before the run: on
+    L′ at the constant state ⟨u₀⟩ (the mean of u₀ on the ``points``) at t = 0, where its
+    coefficients vary in x only by the equation's own dependence on x (Burgers' advection
+    by û, Allen–Cahn's reaction, Kuramoto–Sivashinsky's: constant there). Coefficients that
+    are not finite there decide nothing (the transport stays)."""
+    level = jnp.mean(equation.u0(points.T))
+    a = transport.coefficients(equation, lambda p: jnp.full(p.shape[0], level, p.dtype), points, 0.0)
+    a = np.asarray(a)
+    return not np.all(np.isfinite(a)) or transport.frozen(a)
+
+
+def transport_refused(equation: Equation) -> str:
+    """Why ``estimate=transport`` computed another kind on the equation (one phrase)."""
+    if equation.periods is not None and not equation.components:
+        return ("finds the coefficients of L′ varying in x more than its derivatives damp "
+                "(the frozen-coefficient transport does not hold)")
+    return "needs a periodic box"
 
 
 def boxed(equation: Equation) -> bool:

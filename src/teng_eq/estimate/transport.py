@@ -7,6 +7,7 @@ operators (:mod:`teng_eq.stepping.implicit`)."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -35,11 +36,14 @@ class Transport(eqx.Module):
     symbols: np.ndarray  # (alphas, n) complex
     resolving: np.ndarray  # (alphas, modes) complex
     region: Callable | None = eqx.field(static=True)
+    # the step's local term arrives as the flow's defect over the step (:func:`flow_defect`), already
+    # carried to the step's end: added as it is, not weighted by φ₁(hΛ)
+    carried: bool = eqx.field(static=True)
 
     def __init__(self, periods, shape: tuple[int, ...], order: int, resolved: tuple[int, ...] | None = None,
-                 region: Callable | None = None):
+                 region: Callable | None = None, carried: bool = False):
         dim = len(shape)
-        self.region = region
+        self.region, self.carried = region, carried
         self.alphas = tuple(a for a in itertools.product(range(order + 1), repeat=dim) if sum(a) <= order)
         self.shape = tuple(shape)
         self.symbols = self._symbols(periods, shape, nyquist_odd=True)
@@ -87,6 +91,32 @@ class Transport(eqx.Module):
         through = self.region(rates)
         return through if through > rho * (1 + self.RESOLUTION) else rho
 
+    def frozen(self, a: np.ndarray) -> bool:
+        """Whether the frozen-coefficient model holds for L′ = Σ_α a_α(x) ∂^α (``a`` on the
+        grid, on the host): on every wave number k ≠ 0 a fit resolves, the variable part of
+        the derivatives never exceeds the damping their means give that mode,
+
+            max_x |Σ_{|α|≥1} (a_α(x) − ⟨a_α⟩)(ik)^α| ≤ max(0, −Re Σ_{|α|≥1} ⟨a_α⟩(ik)^α)
+
+        (+ 10⁻¹⁰ of the symbol's size; a mode the mean part grows, as Kuramoto–Sivashinsky's
+        long waves, admits no variable part).
+
+        Then :meth:`propagate`'s explicit rule for the rest R is a contraction relative to
+        e^{hΛ} on each mode (for a real Λ = −d and |r| ≤ d: e^{−hd} + (1 − e^{−hd}) r/d ∈
+        [−1, 1]), as on a variable diffusivity a ≥ ½ ⟨a⟩. Where it fails (a velocity that
+        varies in x with ν = 0: Λ = −i⟨c⟩·k, no damping) the rule is Euler's on
+        R's imaginary rates, |1 + ihr| > 1: it grows an error the operator only moves.
+        The zeroth-order part (a reaction c(x)) is bounded and left out."""
+        a = np.asarray(a, np.float64)
+        derivative = np.array([sum(alpha) >= 1 for alpha in self.alphas])
+        waves = np.any(self.resolving[derivative] != 0, axis=0)  # k ≠ 0
+        symbols = self.resolving[derivative][:, waves]
+        mean = a[derivative].mean(axis=1)
+        damping = -(mean @ symbols).real
+        variable = np.max(np.abs((a[derivative] - mean[:, None]).T @ symbols), axis=0)
+        scale = np.max(np.abs(a[derivative]), axis=1) @ np.abs(symbols)
+        return bool(np.all(variable <= np.maximum(damping, 0.0) + 1e-10 * scale))
+
     def coefficients(self, equation: Equation, u_fn: Callable, points, t) -> Float[Array, "alphas n"]:
         """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
         φ_α(p) = Π_i (p_i − p̄_i)^{α_i}/α_i! (p̄ = p held fixed): every derivative of φ_α at
@@ -121,17 +151,69 @@ class Transport(eqx.Module):
 
     def propagate(self, e: np.ndarray, defect: np.ndarray, a: np.ndarray, h: float) -> np.ndarray:
         """e at the step's end from e at its start, the step's ``defect`` ∫δ and the
-        coefficients ``a`` over the step (module docstring); on the host, NumPy."""
+        coefficients ``a`` over the step (module docstring); on the host, NumPy. A
+        :attr:`carried` defect (:func:`flow_defect`) is added as it is."""
         lam, rest = self.symbol(np.asarray(a, np.float64))
         e_hat = self._fft(e)
         z = h * lam
-        new = np.exp(z) * e_hat + phi1(z) * (h * self._fft(self._apply_hat(rest, e_hat)) + self._fft(defect))
+        varying = h * self._fft(self._apply_hat(rest, e_hat))
+        if self.carried:
+            new = np.exp(z) * e_hat + phi1(z) * varying + self._fft(defect)
+        else:
+            new = np.exp(z) * e_hat + phi1(z) * (varying + self._fft(defect))
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
+
+    def flow_defect(self, u: tuple[Array, Array], remainder: tuple[Array, Array], a: tuple[Array, Array], h,
+                    curvature: Array | None = None) -> Float[Array, " n"]:
+        """The step's local term as the defect of the linearised flow over it, on the grid
+        (traced): with Λ the Fourier diagonal of the step's mean coefficients and
+        N = L[û] − Λû the rest at the step's start, middle and end (N₀, N½, N₁),
+
+            d = û₁ − e^{hΛ} û₀ − ∫₀^h e^{(h−s)Λ} N(s) ds,
+
+        the exact flow of ∂ₜu = Λu + N from û₀, taken from û₁ (variation of constants), N
+        quadratic in time through its three values: N½ the ends' mean plus the ``curvature``
+        of N's explicit dependence on t (a forcing's; None: 0, as on an autonomous equation;
+        :meth:`~teng_eq.estimate.defect.Defect.combine`), the state's part linear between the
+        ends (the mean of two networks, or of their coefficients, lies O(h²) off the
+        solution's midpoint, which Simpson's weight would carry into a term of the step's own
+        order): the integral is
+        h(φ₁N̂₀ + φ₂(4N̂½ − 3N̂₀ − N̂₁) + 4φ₃(N̂₀ − 2N̂½ + N̂₁)), φⱼ(hΛ), exact for a forcing
+        quadratic in t (Simpson's rule where Λ = 0). Λû is applied spectrally, as an implicit
+        stage applies (I − hΛ)⁻¹ on its grid, and N = ``remainder`` + Σ_α a_α ∂^α û − Λû with the
+        ``remainder`` L[û] − L′[û]û pointwise (the network's own derivatives, where a stiff
+        Λ would multiply the network's content above the grid's band by |k|⁴: what the
+        trapezoid defect sees, and which counted the error of the fit that sits still
+        through an implicit step |hΛ| times): ∂^α û spectral too. ``u``, ``remainder`` and the
+        coefficients ``a``: both ends'."""
+        mean = (a[0] + a[1]) / 2
+        lam = self.symbol(mean)[0]
+        z = h * lam
+        hat = [self._fft(v) for v in u]
+        ends = [self._fft(r + self.apply(c, v)) - lam * v_hat for r, c, v, v_hat in zip(remainder, a, u, hat)]
+        middle = (ends[0] + ends[1]) / 2 + (0.0 if curvature is None else self._fft(curvature))
+        rest = (ends[0], middle, ends[1])
+        p1, p2, p3 = (_phi(j, z) for j in (1, 2, 3))
+        integral = p1 * rest[0] + p2 * (4 * rest[1] - 3 * rest[0] - rest[2]) + 4 * p3 * (
+            rest[0] - 2 * rest[1] + rest[2])
+        d_hat = hat[1] - jnp.exp(z) * hat[0] - h * integral
+        return jnp.fft.ifftn(jnp.reshape(d_hat, self.shape)).real.ravel()
 
 
 def phi1(z: np.ndarray) -> np.ndarray:
     """φ₁(z) = (e^z − 1)/z, 1 + z/2 near 0 (complex or real z, on the host)."""
     return np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))
+
+
+def _phi(j: int, z: Array) -> Array:
+    """φⱼ(z) = (e^z − Σ_{m<j} z^m/m!)/z^j (φ₁ = (e^z − 1)/z), traced: its Taylor series
+    Σ_m z^m/(m + j)! to 20 terms where |z| < ½ (there the quotient loses digits to
+    cancellation; the series' remainder is below 10⁻²⁰), the quotient elsewhere."""
+    small = jnp.abs(z) < 0.5
+    series = sum(z**m / float(math.factorial(m + j)) for m in range(20))
+    safe = jnp.where(small, 1.0, z)
+    head = sum(safe**m / float(math.factorial(m)) for m in range(1, j))
+    return jnp.where(small, series, (jnp.expm1(safe) - head) / safe**j)
 
 
 def linear_coefficients(equation: Equation, u_fn: Callable, points, t,

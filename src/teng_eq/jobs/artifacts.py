@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from teng_eq import tracking
 from teng_eq.errors import Overfit, WriteFailed
+from teng_eq.estimate.defect import transport_refused
 from teng_eq.run.checkpoint import save_network
 from teng_eq.run.result import RunResult
 
@@ -96,7 +97,7 @@ def log_result(run: tracking.RunLogger, result: RunResult, name: str, run_cfg) -
         warn.append(fit.advice or
                     f"θ₀ fit ended above fit.stage2_tol (relative loss {fit.stage2_rel_loss:.2e})")
     if result.estimate not in (run_cfg.estimate, "none"):
-        why = ("needs a periodic box" if run_cfg.estimate == "transport" else
+        why = (transport_refused(run_cfg.equation) if run_cfg.estimate == "transport" else
                f"needs derivatives of twice the operator's order ({2 * run_cfg.equation.order})")
         print(f"note: {name}: estimate={run_cfg.estimate} {why}: the run's estimate is {result.estimate}",
               file=sys.stderr)

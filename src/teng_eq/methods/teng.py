@@ -127,9 +127,9 @@ class TENG(ThetaMethod):
         """On the held-out points of the step (points no fit uses); the fit's grid bounds
         the wave numbers the step must be stable on, an explicit tableau's stability region
         where their rates are complex (an implicit one is A-stable: no cap)."""
-        eq = self.advance.equation
+        eq, tableau = self.advance.equation, self.advance.tableau
         return Defect(self.space, eq, self.advance.holdout, kind, resolved=self.grid_shape,
-                      region=region_of(self.advance.tableau))
+                      region=region_of(tableau), implicit=not tableau.explicit)
 
     @classmethod
     def check(cls, options: Options, problem: Problem, name: str) -> None:
