@@ -57,11 +57,14 @@ def options_from(cls: type, mapping: Mapping, prefix: str):
 
 def typed(value, tp, key: str):
     """``value`` checked against a simple type (``int``, ``float``, ``bool``, ``str``,
-    ``tuple[float, ...]``, an options dataclass, any of them ``| None``)."""
+    ``tuple[float, ...]``, an options dataclass, any of them ``| None``), or a union of
+    options dataclasses told apart by ``kind`` (:func:`tagged`)."""
     args = typing.get_args(tp)
     if set(args) == {float, str}:  # a number or a word (``auto``), which the options check
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else (
             typed(value, str, key))
+    if len(args) > 1 and all(dataclasses.is_dataclass(a) for a in args):
+        return tagged(value, args, key)
     optional = type(None) in args
     if optional:
         tp = next(a for a in args if a is not type(None))
@@ -91,6 +94,23 @@ def typed(value, tp, key: str):
             raise bad(key, value, "must be a list of numbers")
         value = tuple(float(v) for v in value)
     return value
+
+
+def tagged(mapping, classes: tuple[type, ...], prefix: str):
+    """One of the options dataclasses ``classes``, chosen by the mapping's ``kind`` (each
+    class's ``KIND``; the first where the mapping has none, so that the first kind's group can
+    leave the key out), built by :func:`options_from`. A class without a ``kind`` field gets the
+    mapping without it."""
+    if not isinstance(mapping, Mapping):
+        raise bad(prefix, mapping, "must be a config group (a mapping)")
+    kinds = {cls.KIND: cls for cls in classes}
+    kind = mapping.get("kind", classes[0].KIND)
+    if kind not in kinds:
+        raise bad(f"{prefix}.kind", kind, f"unknown, choose one of {list(kinds)}")
+    cls = kinds[kind]
+    if "kind" not in {f.name for f in dataclasses.fields(cls)}:
+        mapping = {k: v for k, v in mapping.items() if k != "kind"}
+    return options_from(cls, mapping, prefix)
 
 
 def at_least(prefix: str, obj, minimum, *keys: str) -> None:

@@ -219,7 +219,7 @@ def _check_writable_folder(key: str, path) -> None:
 
 
 #: The config groups of ``conf/config.yaml``'s defaults list.
-GROUPS = ("equation", "method", "table1_case", "experiment")
+GROUPS = ("equation", "method", "network", "table1_case", "experiment")
 
 
 def check_group_choices(overrides: list[str], conf_dir: Path, *, config_name: str = "config") -> None:

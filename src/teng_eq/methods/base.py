@@ -41,7 +41,7 @@ from teng_eq.fit.mesh import PointMesh, point_mesh
 from teng_eq.fit.results import StepRecord
 from teng_eq.fit.theta0 import FitOptions, FitReport, cached_initial_parameters, resolve_init
 from teng_eq.network.imposed import Imposed
-from teng_eq.network.paper import NetworkConfig, TENGNet, build_network, parameter_count
+from teng_eq.network.kinds import Network, NetworkOptions, make_network, parameter_count
 from teng_eq.network.space import ParamSpace
 
 
@@ -216,7 +216,7 @@ class ThetaOptions:
     dimension) of its steps' fits, its ``network`` and θ₀'s ``fit`` (with its own grid)."""
 
     grid: int
-    network: NetworkConfig
+    network: NetworkOptions
     fit: FitOptions
 
     def validate(self, prefix: str) -> None:
@@ -265,11 +265,11 @@ class ThetaMethod(Method):
         return {"method.grid": (8 * r * c, f"{what}: a {r:,} × {c:,} Jacobian")}
 
     @classmethod
-    def network_template(cls, options: ThetaOptions, problem: Problem) -> TENGNet:
+    def network_template(cls, options: ThetaOptions, problem: Problem) -> Network:
         eq = problem.equation
         init = resolve_init(options.network.init, eq, options.grid, options.fit.grid_for(options.grid))
-        net = build_network(options.network, eq.dim, eq.domain.embedding_periods, problem.seed, init,
-                            eq.outputs)
+        net = make_network(options.network, eq.dim, eq.domain.embedding_periods, problem.seed, init,
+                           eq.outputs)
         imposition = eq.domain.imposition()
         return net if imposition is None else Imposed(net, *imposition)
 

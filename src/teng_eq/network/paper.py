@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -65,6 +66,10 @@ class NetworkConfig:
     docstring; ``auto`` as well, until resolved); for a system, ``components``: one of
     :data:`SYSTEM_NETWORKS`."""
 
+    #: The group's ``kind`` (:mod:`teng_eq.network.kinds`): the default, which its yaml
+    #: leaves out (no field: the config and θ₀'s key of a paper network stay as they were).
+    KIND: ClassVar[str] = "paper"
+
     features: int
     width: int
     depth: int
@@ -79,6 +84,11 @@ class NetworkConfig:
         one_of(f"{prefix}.embedding_activation", self.embedding_activation, EMBEDDING_ACTIVATIONS)
         one_of(f"{prefix}.init", self.init, INITS if resolved else ("auto", *INITS))
         one_of(f"{prefix}.components", self.components, SYSTEM_NETWORKS)
+
+    def build(self, dim: int, periods: tuple[float, ...] | None, seed: int, init: str | None = None,
+              outputs: int = 1) -> TENGNet | ComponentNets:
+        """:func:`build_network` of these options."""
+        return build_network(self, dim, periods, seed, init, outputs)
 
 
 class PeriodicEmbedding(eqx.Module):
@@ -215,37 +225,53 @@ class TENGNet(eqx.Module):
         embedding uses ``cos(k x + φ) = cos(k x) cos φ − sin(k x) sin φ``: 2n + 2F
         transcendentals instead of 2nF, exact to a few ulp.
         """
-        emb = self.embedding
         n = points.shape[0]
         if self.outputs > 1:  # (x, c): the output's cotangent is c's row, one-hot
             select = (jnp.arange(self.outputs)[:, None] == points[None, :, -1]).astype(points.dtype)
             points = points[:, :-1]
-        h, head = self._embedded(points)
-        inputs = []
-        for layer in self.hidden:
-            inputs.append(h)
-            h = jnp.tanh(layer.weight @ h + layer.bias[:, None])
-        inputs.append(h)
+        inputs, head = self.layer_inputs_t(points)
+        h = inputs[-1]
         if self.outputs == 1:
             u = self.output.weight[0] @ h + self.output.bias[0]
             g = jnp.ones((1, n), u.dtype)
         else:
             g = select
             u = jnp.sum(g * (self.output.weight @ h + self.output.bias[:, None]), axis=0)
+        return u, self.cotangent_factors_t(inputs, g), jnp.concatenate(head + inputs, axis=0)
+
+    def layer_inputs_t(
+        self, points: Float[Array, "n dim"]
+    ) -> tuple[list[Float[Array, "_ n"]], list[Float[Array, "_ n"]]]:
+        """The forward pass at every (spatial) point, feature-major: what each dense layer
+        sees (σ(e) or x, h₁, …, h_L: the last is the output layer's input) and the head rows
+        of ``Hᵀ`` (:meth:`jacobian_factors_t`)."""
+        h, head = self._embedded(points)
+        inputs = []
+        for layer in self.hidden:
+            inputs.append(h)
+            h = jnp.tanh(layer.weight @ h + layer.bias[:, None])
+        inputs.append(h)
+        return inputs, head
+
+    def cotangent_factors_t(
+        self, inputs: list[Float[Array, "_ n"]], g: Float[Array, "outputs n"]
+    ) -> Float[Array, "g n"]:
+        """``Gᵀ`` (:meth:`jacobian_factors_t`) of the scalar ``Σ_o g[o, n] û_o(xₙ)`` at every
+        point: the output's cotangent ``g`` pulled back through the layers whose ``inputs``
+        :meth:`layer_inputs_t` gave (one-hot rows: a system's component; a network that
+        combines the outputs, :class:`~teng_eq.network.separable.SeparableNet`, its own)."""
         gs = [g]
         w_next = self.output.weight
         for layer, h_out in zip(reversed(self.hidden), reversed(inputs[1:])):
             g = (w_next.T @ g) * (1.0 - h_out**2)
             gs.append(g)
             w_next = layer.weight
-        if emb is not None:
+        if self.embedding is not None:
             g = w_next.T @ g
             if self.embedding_activation == "tanh":
                 g = g * (1.0 - inputs[0] ** 2)
             gs.append(g)
-        Gt = jnp.concatenate(gs[::-1], axis=0)
-        Ht = jnp.concatenate(head + inputs, axis=0)
-        return u, Gt, Ht
+        return jnp.concatenate(gs[::-1], axis=0)
 
     def _embedded(
         self, points: Float[Array, "n dim"]
@@ -374,6 +400,10 @@ def parameter_count(options: NetworkConfig, dim: int, periods: tuple[float, ...]
                     outputs: int = 1) -> int:
     """Trainable parameters of :func:`build_network` (shape evaluation, no compute;
     they do not depend on the initialisation)."""
-    shapes = eqx.filter_eval_shape(build_network, options, dim, periods, 0, "paper", outputs)
+    return count_trainable(eqx.filter_eval_shape(build_network, options, dim, periods, 0, "paper", outputs))
+
+
+def count_trainable(shapes) -> int:
+    """The floating-point entries of a network's shape tree (``eqx.filter_eval_shape``)."""
     return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(shapes)
                if isinstance(leaf, jax.ShapeDtypeStruct) and np.issubdtype(leaf.dtype, np.inexact))
