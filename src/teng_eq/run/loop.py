@@ -272,9 +272,10 @@ def advance(loop: Loop, state: RunState) -> RunState:
     if math.isfinite(cap):
         metrics["dt_stable"] = cap
     metrics, fields, clock, local, checked = observe(loop, state, new, metrics, h, t)
-    # The solution's size where the step starts (the reference's, else û's; 0 for a block): a
-    # step that blows up misses a target far larger than it, by about the size it reaches.
-    size = state.history[-1].ref_sq
+    # The solution's size where the step starts (the reference's, else û's; 0 for a block, whose
+    # run starts with no row): a step that blows up misses a target far larger than it, by about
+    # the size it reaches.
+    size = state.history[-1].ref_sq if loop.sequential else 0.0
     why = divergence_reason(checked, state.history.median, n, loop.divergence_factor,
                             scale=fields.get("ref_sq", 0.0), error=loop.divergence_error, size=size)
     estimate = state.estimate

@@ -40,8 +40,7 @@ import lineax as lx
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from teng_eq.equations import Equation, network_operator
-from teng_eq.equations.system import on_rows, select
+from teng_eq.equations import Equation, network_operator, on_rows, select
 from teng_eq.estimate.transport import Transport
 from teng_eq.fit.stage import StageSolver
 from teng_eq.stepping.base import Step
