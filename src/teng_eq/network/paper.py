@@ -367,14 +367,21 @@ class ComponentNets(eqx.Module):
 
     def factor_columns(self) -> tuple[Int[np.ndarray, " params"], Int[np.ndarray, " params"]]:
         """The nets' columns, each offset past the factor rows of the nets before it."""
-        g_cols, h_cols, g_off, h_off = [], [], 0, 0
-        for net in self.nets:
-            g, h = net.factor_columns()
-            g_cols.append(g + g_off)
-            h_cols.append(h + h_off)
-            g_rows, h_rows = net.factor_rows()
-            g_off, h_off = g_off + g_rows, h_off + h_rows
+        g_cols, h_cols, _ = stacked_columns(self.nets)
         return np.concatenate(g_cols).astype(np.int32), np.concatenate(h_cols).astype(np.int32)
+
+
+def stacked_columns(nets) -> tuple[list[np.ndarray], list[np.ndarray], tuple[int, int]]:
+    """``(gcol, hcol)`` of networks whose factor rows are stacked one after another: each
+    net's columns offset past the rows of the nets before it, and the rows they take in all."""
+    g_cols, h_cols, g_off, h_off = [], [], 0, 0
+    for net in nets:
+        g, h = net.factor_columns()
+        g_cols.append(g + g_off)
+        h_cols.append(h + h_off)
+        g_rows, h_rows = net.factor_rows()
+        g_off, h_off = g_off + g_rows, h_off + h_rows
+    return g_cols, h_cols, (g_off, h_off)
 
 
 def build_network(options: NetworkConfig, dim: int, periods: tuple[float, ...] | None, seed: int,

@@ -52,7 +52,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from teng_eq.config.options import at_least
 from teng_eq.errors import bad
-from teng_eq.network.paper import TENGNet
+from teng_eq.network.paper import TENGNet, stacked_columns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,13 +200,7 @@ class SeparableNet(eqx.Module):
         """Flat ``(gcol, hcol)`` for :meth:`jacobian_factors_t` in ``ravel_pytree`` order: the
         axis networks' (each offset past the rows of those before it), then ``weight``
         (component c's row, term ρ's product), then ``bias`` (c's row, the ones)."""
-        g_cols, h_cols, g_off, h_off = [], [], 0, 0
-        for net in self.factors:
-            g, h = net.factor_columns()
-            g_cols.append(g + g_off)
-            h_cols.append(h + h_off)
-            g_rows, h_rows = net.factor_rows()
-            g_off, h_off = g_off + g_rows, h_off + h_rows
+        g_cols, h_cols, (g_off, h_off) = stacked_columns(self.factors)
         c, rho = np.meshgrid(np.arange(self.outputs), np.arange(self.rank), indexing="ij")
         g_cols += [(g_off + c).ravel(), g_off + np.arange(self.outputs)]
         h_cols += [(h_off + rho).ravel(), np.full(self.outputs, h_off + self.rank)]
