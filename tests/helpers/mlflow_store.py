@@ -71,6 +71,10 @@ class Server:
             env.update(MLFLOW_AUTH_CONFIG_PATH=str(ini), MLFLOW_AUTH_ADMIN_PASSWORD=self.admin_password,
                        MLFLOW_FLASK_SERVER_SECRET_KEY=os.urandom(16).hex())
             app = ["--app-name", "basic-auth"]
+        if self.backend.startswith("postgresql"):
+            # SQLAlchemy's default pool (5 + 10 overflow) is smaller than the requests a worker's
+            # threads serve at once: under 20 writers a request waited 30 s for a connection and failed.
+            env.update(MLFLOW_SQLALCHEMYSTORE_POOL_SIZE="20", MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW="20")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", *app, "--host", "127.0.0.1", "--port", str(self.port),
              "--backend-store-uri", self.backend, "--serve-artifacts",
