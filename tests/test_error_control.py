@@ -6,6 +6,7 @@ reference at any t, and the analysis of runs with an estimate or adaptive steps.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 
@@ -92,6 +93,32 @@ def test_pi_controller_steps():
     assert CONTROL.accept(ControllerState(dt=0.2), 0.01, 0.9, order=2, clipped=True).dt == pytest.approx(0.2)
     state = ControllerState(dt=0.03, ratio=0.7, after_reject=True, accepted=4, rejected=2)
     assert ControllerState.from_info(state.as_info()) == state
+
+
+def test_whole_error_adds_the_fits_residual_to_the_embedded_pair():
+    """``controller.error``: ``time`` judges a try on the embedded pair's ``local_error``
+    alone; ``whole`` adds the final fit's residual, √holdout_loss where held-out points
+    measured it, else √step_loss; any other value is refused in one line."""
+    metrics = {"local_error": 1e-7, "step_loss": 4e-10, "holdout_loss": 9e-10}
+    time, whole = (dataclasses.replace(CONTROL, error=e) for e in ("time", "whole"))
+    assert time.local(metrics) == 1e-7 and CONTROL.error == "whole"
+    assert whole.local(metrics) == pytest.approx(1e-7 + 3e-5, rel=1e-14)
+    assert whole.local(metrics | {"holdout_loss": math.nan}) == pytest.approx(1e-7 + 2e-5, rel=1e-14)
+    with pytest.raises(ConfigError, match=r"^invalid config: controller.error=.*must be one of time, whole$"):
+        make_config(*TINY_ADAPTIVE, "controller.error=fit")
+
+
+def test_a_whole_error_run_keeps_every_steps_fit_residual_within_the_tolerance(warm_cache):
+    """TENG-Heun, ``dt: auto`` on the tiny problem: under ``controller.error=whole`` every
+    accepted step's embedded error plus its fit's held-out residual is within
+    ``atol + rtol‖û‖``; under ``time`` the two together exceed it, in fewer steps."""
+    runs = {err: run_simulation(make_config(*TINY_ADAPTIVE, "t_final=0.04", "controller.outputs=2",
+                                                 "controller.rtol=1e-6", f"controller.error={err}"), cache_dir=warm_cache)
+            for err in ("time", "whole")}
+    tol = {err: 1e-12 + 1e-6 * r.metrics["u_l2"] for err, r in runs.items()}
+    both = {err: r.metrics["local_error"] + np.sqrt(r.metrics["holdout_loss"]) for err, r in runs.items()}
+    assert np.all(both["whole"] <= tol["whole"]) and np.max(both["time"] / tol["time"]) > 1.0
+    assert runs["whole"].metrics["dt"].size > runs["time"].metrics["dt"].size
 
 
 def decay(*overrides):
@@ -629,10 +656,11 @@ def test_a_scalar_dispersive_spectrums_stable_step_is_the_regions_extent(tableau
 def test_dt_initial_auto_sizes_the_first_try_at_the_tolerance(cache_dir):
     """``dt_initial: auto`` on heat: the first try is the step whose embedded estimate
     |C|Δt^q ‖∂ₜ^q u‖ (Heun–Euler: C = −½, q = 2; ‖∂ₜ²u‖ from L′[û₀]L[û₀]) is 0.9 times the
-    tolerance; the step taken reports an estimate within 10 % of that, and is kept."""
+    tolerance; the step taken reports an estimate within 10 % of that, and is kept (judged on
+    that estimate alone, ``controller.error=time``: the model does not know the fit's residual)."""
     records = []
     cfg = make_config(*SINES32, "t_final=0.05", "dt=auto", "controller.dt_initial=auto",
-                      "controller.rtol=1e-5", "progress=false", *CHEAP_FIT)
+                      "controller.rtol=1e-5", "controller.error=time", "progress=false", *CHEAP_FIT)
     r = run_simulation(cfg, cache_dir=cache_dir, on_step=records.append)
     first = records[1].metrics
     tolerance = 1e-12 + 1e-5 * first["u_l2"]

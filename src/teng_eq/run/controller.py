@@ -2,8 +2,9 @@
 between compiled steps (the ``controller`` config group).
 
 A step of size h from t is tried; the method reports its embedded local error
-estimate ``err_est`` (:class:`~teng_eq.stepping.explicit.TENGStep`: ``local_error``, of order
-k = ``error_order`` in h) and ``‖û‖`` (``u_l2``). With the scaled error
+estimate (:class:`~teng_eq.stepping.explicit.TENGStep`: ``local_error``, of order
+k = ``error_order`` in h), its fit's residual and ``‖û‖`` (``u_l2``); ``err_est`` is the
+estimate plus the residual under ``error: whole`` (:meth:`Controller.local`). With the scaled error
 
     r = err_est / (atol + rtol ‖û‖),
 
@@ -63,8 +64,9 @@ class Controller:
     ``atol`` (relative to ‖û‖ and absolute, L² norms), the first try ``dt_initial`` (a
     number, or ``auto``: :meth:`first_step`), bounds ``dt_min``, ``dt_max``, the ``safety``
     factor, ``outputs``: the horizon is split into this many equal intervals whose
-    ends every run lands on, and ``stability_cap``: whether a try is kept below the stable
-    step of the fit's fastest mode (:meth:`teng_eq.run.schedule.Adaptive.stable_step`)."""
+    ends every run lands on, ``stability_cap``: whether a try is kept below the stable
+    step of the fit's fastest mode (:meth:`teng_eq.run.schedule.Adaptive.stable_step`), and
+    ``error``: what a try is judged on (:meth:`local`)."""
 
     rtol: float
     atol: float
@@ -74,6 +76,11 @@ class Controller:
     safety: float
     outputs: int
     stability_cap: bool = True
+    error: str = "whole"
+
+    #: What a try is judged on (:meth:`local`): ``time``, the embedded pair's difference
+    #: alone; ``whole``, that and the step's fit (projection) error.
+    ERRORS: ClassVar[tuple[str, ...]] = ("time", "whole")
 
     #: Bounds of the step-size ratio per step (Hairer & Wanner's usual values).
     factor_min: ClassVar[float] = 0.2
@@ -93,6 +100,21 @@ class Controller:
             raise bad(f"{prefix}.safety", self.safety, "must be in (0, 1]")
         if self.outputs < 1:
             raise bad(f"{prefix}.outputs", self.outputs, "must be an integer >= 1")
+        if self.error not in self.ERRORS:
+            raise bad(f"{prefix}.error", self.error, f"must be one of {', '.join(self.ERRORS)}")
+
+    def local(self, metrics) -> float:
+        """A try's local error from its step record's ``metrics``: ``local_error`` (the
+        embedded pair's ‖Δt Σⱼ b_errorⱼ kⱼ‖, the time error alone), under ``error: whole``
+        plus the final fit's residual ‖û_{t+Δt} − target‖, which the embedded pair cannot
+        see: ``√holdout_loss`` where held-out points measure it between the nodes, else
+        ``√step_loss``. Both errors enter û_{t+Δt} together, so their sum bounds its error
+        (the stage fits' own residuals enter through the slopes, times Δt)."""
+        error = float(metrics["local_error"])
+        if self.error == "whole":
+            fit = float(metrics.get("holdout_loss", math.nan))
+            error += math.sqrt(max(fit if math.isfinite(fit) else float(metrics["step_loss"]), 0.0))
+        return error
 
     def first_step(self, norm: float, derivative: float | None, constant: float, order: int,
                    t_final: float) -> float:

@@ -98,7 +98,7 @@ class Adaptive:
     def judge(
         self, controller: ControllerState, h: float, metrics
     ) -> tuple[bool, ControllerState, str | None]:
-        keep, after, r = self.controller.decide(controller, h, float(metrics["local_error"]),
+        keep, after, r = self.controller.decide(controller, h, self.controller.local(metrics),
                                                 float(metrics["u_l2"]), self.order)
         return keep, after, None if keep or not self.controller.too_small(after) else (
             f"the step-size controller needs a step below controller.dt_min={self.controller.dt_min:g} "
