@@ -112,9 +112,12 @@ def test_a_whole_error_run_keeps_every_steps_fit_residual_within_the_tolerance(w
     """TENG-Heun, ``dt: auto`` on the tiny problem: under ``controller.error=whole`` every
     accepted step's embedded error plus its fit's held-out residual is within
     ``atol + rtol‖û‖``; under ``time`` the two together exceed it, in fewer steps."""
-    runs = {err: run_simulation(make_config(*TINY_ADAPTIVE, "t_final=0.04", "controller.outputs=2",
-                                                 "controller.rtol=1e-6", f"controller.error={err}"), cache_dir=warm_cache)
-            for err in ("time", "whole")}
+    def run(err):
+        config = make_config(*TINY_ADAPTIVE, "t_final=0.04", "controller.outputs=2",
+                             "controller.rtol=1e-6", f"controller.error={err}")
+        return run_simulation(config, cache_dir=warm_cache)
+
+    runs = {err: run(err) for err in ("time", "whole")}
     tol = {err: 1e-12 + 1e-6 * r.metrics["u_l2"] for err, r in runs.items()}
     both = {err: r.metrics["local_error"] + np.sqrt(r.metrics["holdout_loss"]) for err, r in runs.items()}
     assert np.all(both["whole"] <= tol["whole"]) and np.max(both["time"] / tol["time"]) > 1.0

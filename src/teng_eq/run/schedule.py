@@ -100,9 +100,15 @@ class Adaptive:
     ) -> tuple[bool, ControllerState, str | None]:
         keep, after, r = self.controller.decide(controller, h, self.controller.local(metrics),
                                                 float(metrics["u_l2"]), self.order)
-        return keep, after, None if keep or not self.controller.too_small(after) else (
-            f"the step-size controller needs a step below controller.dt_min={self.controller.dt_min:g} "
-            f"(its estimate: {r:.3g} times the tolerance at Δt={h:.3g})")
+        if keep or not self.controller.too_small(after):
+            return keep, after, None
+        why = (f"the step-size controller needs a step below controller.dt_min={self.controller.dt_min:g} "
+               f"(its estimate: {r:.3g} times the tolerance at Δt={h:.3g})")
+        fit = r * (1.0 - float(metrics["local_error"]) / max(self.controller.local(metrics), 1e-300))
+        if fit > 0.5:  # the fit's residual, which a smaller step does not remove, holds it
+            why += (f"; the fit's residual alone is {fit:.3g} times it: a looser controller.rtol, more "
+                    "iterations, or controller.error=time (the embedded estimate alone)")
+        return keep, after, why
 
 
 def below_dt_min(name: str, t: float, cap: float, dt_min: float) -> str:
