@@ -24,7 +24,7 @@ from teng_eq.fit.theta0 import FitReport
 from teng_eq.run.simulation import build_method
 
 FIELDS = {"name": "mine", "nu": 0.1, "a": 1.0, "lengths": [2 * math.pi, 2 * math.pi],
-          "initial_condition": "waves"}
+          "initial_condition": "waves", "origin": None}
 
 
 @pytest.fixture

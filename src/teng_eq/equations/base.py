@@ -31,8 +31,9 @@ the rest of the code asks of it, so that nothing elsewhere dispatches on its nam
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 import equinox as eqx
@@ -106,7 +107,7 @@ class Equation(eqx.Module):
         ``module:Class`` its messages name); a bad key or value, or a function of the
         class that does not run as a run runs it (:meth:`check_functions`), raises a
         one-line :class:`~teng_eq.errors.ConfigError`."""
-        equation = options_from(cls, group, "equation")
+        equation = options_from(cls, _extents(cls, group), "equation")
         key = (impl, equation)  # its class and fields decide what the check finds
         try:
             seen = key in _CHECKED
@@ -311,6 +312,28 @@ class Equation(eqx.Module):
 #: Keys of an ``equation`` group that are not the equation's fields: its class, and
 #: the sizes it runs at by default on a CPU (``conf/config.yaml`` reads them).
 GROUP_KEYS = ("impl", "cpu")
+
+
+def _extents(cls: type, group: Mapping) -> Mapping:
+    """``group`` with ``lengths: [[a₁, b₁], …]`` (one interval ``[a, b)`` per axis) spelled
+    as ``origin: [a₁, …]`` and ``lengths: [b₁ − a₁, …]``, for a class with an origin; other
+    groups as they are."""
+    lengths = group.get("lengths") if isinstance(group, Mapping) else None
+    if (isinstance(lengths, str) or not isinstance(lengths, Sequence)
+            or not any(isinstance(v, Sequence) and not isinstance(v, str) for v in lengths)):
+        return group
+    shown = [list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v for v in lengths]
+    if "origin" not in {f.name for f in dataclasses.fields(cls)}:
+        raise bad("equation.lengths", shown, "this equation's domain takes numbers, not intervals")
+    if "origin" in group:
+        raise bad("equation.lengths", shown, "intervals give the origin: leave equation.origin out")
+    pairs = []
+    for v in shown:
+        if not (isinstance(v, list) and len(v) == 2
+                and all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in v) and v[1] > v[0]):
+            raise bad("equation.lengths", shown, "must be one [a, b] per axis, numbers with a < b")
+        pairs.append((float(v[0]), float(v[1])))
+    return {**group, "origin": [a for a, _ in pairs], "lengths": [b - a for a, b in pairs]}
 
 
 def build_equation(group: Mapping, key: str = "equation") -> Equation:

@@ -1,4 +1,4 @@
-"""Equations on a periodic box ``[0, L₁) × … × [0, L_d)``, and the paper's 2-D initial
+"""Equations on a periodic box ``[a₁, a₁ + L₁) × … × [a_d, a_d + L_d)``, and the paper's 2-D initial
 conditions on the square ``[0, 2π)²``."""
 
 from __future__ import annotations
@@ -12,21 +12,25 @@ from teng_eq.errors import bad
 
 
 class PeriodicBox(Equation):
-    """An equation on the periodic box ``[0, L₁) × … × [0, L_d)`` (``lengths``): its domain
-    is the :class:`~teng_eq.domains.box.Box` of those lengths (uniform grids, the periodic
-    embedding with periods ``lengths``)."""
+    """An equation on the periodic box ``[a₁, a₁ + L₁) × … × [a_d, a_d + L_d)`` (``origin``,
+    None for 0, and ``lengths``; in yaml also ``lengths: [[a₁, b₁], …]``, one ``[a, b)`` per
+    axis): its domain is the :class:`~teng_eq.domains.box.Box` of those (uniform grids
+    from the origin, the periodic embedding with periods ``lengths``)."""
 
     lengths: tuple[float, ...] = eqx.field(static=True)
+    origin: tuple[float, ...] | None = eqx.field(static=True, default=None, kw_only=True)
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         if len(self.lengths) != self.dim or not all(v > 0 for v in self.lengths):
             raise bad(f"{prefix}.lengths", list(self.lengths),
                       f"must be {self.dim} numbers > 0, one per dimension")
+        if self.origin is not None and len(self.origin) != self.dim:
+            raise bad(f"{prefix}.origin", list(self.origin), f"must be {self.dim} numbers, one per dimension")
 
     @property
     def domain(self) -> Box:
-        return Box(self.lengths)
+        return Box(self.lengths, self.origin)
 
 
 def paper_initial_condition(x: Float[Array, " 2"]) -> Float[Array, ""]:

@@ -143,7 +143,8 @@ class PINN(Method):
         space = ParamSpace(net)
         scale = np.asarray(list(equation.lengths) + [problem.t_final])
         halton = qmc.Halton(d=equation.dim + 1, scramble=True, seed=problem.seed)
-        interior = jnp.asarray(halton.random(options.collocation) * scale)
+        lower = np.asarray(list(getattr(equation.domain, "origin", None) or (0.0,) * equation.dim) + [0.0])
+        interior = jnp.asarray(halton.random(options.collocation) * scale + lower)
         quadrature = equation.quadrature(options.initial)
         points = quadrature.points
         return cls(n_steps=options.iterations // options.block, space=space, equation=equation,

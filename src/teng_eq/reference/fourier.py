@@ -201,9 +201,10 @@ def wavenumbers(shape, lengths) -> list[np.ndarray]:
 
 
 def initial_spectrum(equation, shape) -> np.ndarray:
-    """``rfftn`` of ``equation.u0`` sampled on the ``shape`` grid of its box (a system's:
-    of each component, component first)."""
-    axes = (grid_axes(n, [length])[0] for n, length in zip(shape, equation.lengths))
+    """``rfftn`` of ``equation.u0`` sampled on the ``shape`` grid of its box from its origin
+    (a system's: of each component, component first)."""
+    origin = getattr(equation, "origin", None) or (0.0,) * len(shape)
+    axes = (a + grid_axes(n, [length])[0] for n, length, a in zip(shape, equation.lengths, origin))
     mesh = np.stack(np.meshgrid(*axes, indexing="ij"))
     if equation.components:
         u0 = np.stack([np.broadcast_to(np.asarray(c, dtype=np.float64), mesh.shape[1:])
