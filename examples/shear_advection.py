@@ -6,7 +6,7 @@ solution is ``u(x, t) = u₀(x₁ − c(x₂) t, x₂)``, the run's reference. T
 divergence-free: it moves the solution (and any error) without growing or damping it,
 ``⟨−c∂₁e, e⟩ = 0``. Its linearised operator's coefficient of ∂₁ varies over x₂ with no
 diffusion to damp its effect, where the frozen-coefficient transport estimate does not
-hold: the run's default estimate is the contractive bound (``estimate_used: hermite``).
+hold: the run's default estimate carries that variable part by Lawson's RK4 in substeps.
 """
 
 import equinox as eqx

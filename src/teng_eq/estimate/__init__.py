@@ -26,7 +26,9 @@ step is damped in its own defect: a fit's error e that sits still through a step
 |hΛ| times — the implicit steps' Δt makes |hΛ| large). A constant-coefficient operator (heat, the
 biharmonic, advection–diffusion, an anisotropic diffusion) is then propagated exactly,
 damped modes damped; a variable part (Allen–Cahn's reaction, Burgers' advection, a
-variable diffusivity) by the explicit rule, on the modes the held-out grid resolves. A
+variable diffusivity) by the explicit rule, on the modes the held-out grid resolves; where
+that rule would grow what the operator only moves (a velocity c(x) with nothing to damp
+its variable part) by Lawson's RK4 in substeps stable on R's rates. A
 system's Λ(k) is an m × m matrix per wave vector (:class:`~teng_eq.estimate.transport.SystemTransport`).
 
 The other kinds bound instead: wherever L is one-sided Lipschitz in L² with constant μ

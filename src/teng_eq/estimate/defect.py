@@ -47,8 +47,8 @@ def transport_for(equation: Equation, quadrature: Quadrature, weights, kind: str
     """The error's transport of an estimate of ``kind`` on ``quadrature`` (``weights``: its
     rows', the boundary's 0): a periodic grid's (:class:`Transport`, a system's
     :class:`SystemTransport` for every kind), a box with sides' own modes
-    (:class:`BoxTransport`), or None — also where a scalar's frozen-coefficient model does
-    not hold (:func:`frozen`). ``resolved``: the grid whose wave numbers a step must be
+    (:class:`BoxTransport`), or None — also where a scalar's transport cannot carry its
+    variable coefficients (:func:`transport_rule`). ``resolved``: the grid whose wave numbers a step must be
     stable on; ``region``: the integrator's stability region for complex rates; ``carried``:
     the step's defect added as the linearised flow's (an implicit step's)."""
     periodic = equation.periods is not None and quadrature.grid_shape is not None
@@ -62,8 +62,11 @@ def transport_for(equation: Equation, quadrature: Quadrature, weights, kind: str
                                len(equation.components), resolved, region)
     transport = Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region,
                           carried=carried)
-    # Where the frozen-coefficient model does not hold: the contractive bound instead.
-    return transport if frozen(equation, transport, jnp.asarray(quadrature.points)) else None
+    rule = transport_rule(equation, transport, jnp.asarray(quadrature.points))
+    if rule == "substepped":
+        return Transport(equation.periods, quadrature.grid_shape, equation.order, resolved, region,
+                         carried=carried, substepped=True)
+    return transport if rule == "frozen" else None  # None: the contractive bound instead
 
 
 class Defect(eqx.Module):
@@ -216,24 +219,28 @@ class Defect(eqx.Module):
         return {"defect": defect}, {**scalars, "defect_l2": self.norm(defect)}
 
 
-def frozen(equation: Equation, transport: Transport, points) -> bool:
-    """Whether the transport's frozen-coefficient model holds on the equation
-    (:meth:`~teng_eq.estimate.transport.Transport.frozen`), decided once, before the run: on
-    L′ at the constant state ⟨u₀⟩ (the mean of u₀ on the ``points``) at t = 0, where its
+def transport_rule(equation: Equation, transport: Transport, points) -> str | None:
+    """How the transport carries the rest R = L′ − Λ on the equation, decided once, before the
+    run, on L′ at the constant state ⟨u₀⟩ (the mean of u₀ on the ``points``) at t = 0, where its
     coefficients vary in x only by the equation's own dependence on x (Burgers' advection
-    by û, Allen–Cahn's reaction, Kuramoto–Sivashinsky's: constant there). Coefficients that
-    are not finite there decide nothing (the transport stays)."""
+    by û, Allen–Cahn's reaction, Kuramoto–Sivashinsky's: constant there): ``frozen`` where
+    the frozen-coefficient model holds (:meth:`~teng_eq.estimate.transport.Transport.frozen`;
+    also where the coefficients are not finite there, which decides nothing), ``substepped``
+    where it does not but only a velocity or a reaction varies
+    (:meth:`~teng_eq.estimate.transport.Transport.transports`: Lawson's RK4), else None."""
     level = jnp.mean(equation.u0(points.T))
     a = transport.coefficients(equation, lambda p: jnp.full(p.shape[0], level, p.dtype), points, 0.0)
     a = np.asarray(a)
-    return not np.all(np.isfinite(a)) or transport.frozen(a)
+    if not np.all(np.isfinite(a)) or transport.frozen(a):
+        return "frozen"
+    return "substepped" if transport.transports(a) else None
 
 
 def transport_refused(equation: Equation) -> str:
     """Why ``estimate=transport`` computed another kind on the equation (one phrase)."""
     if equation.periods is not None and not equation.components:
-        return ("finds the coefficients of L′ varying in x more than its derivatives damp "
-                "(the frozen-coefficient transport does not hold)")
+        return ("finds L′'s second- or higher-order coefficients varying in x more than its "
+                "derivatives damp (the frozen-coefficient transport does not hold)")
     return "needs a periodic box"
 
 

@@ -39,11 +39,14 @@ class Transport(eqx.Module):
     # the step's local term arrives as the flow's defect over the step (:func:`flow_defect`), already
     # carried to the step's end: added as it is, not weighted by φ₁(hΛ)
     carried: bool = eqx.field(static=True)
+    # the rest R carried by Lawson's RK4 in substeps (:meth:`lawson`), where the frozen-coefficient
+    # model does not hold (:meth:`frozen`) but R is of first order (:meth:`transports`)
+    substepped: bool = eqx.field(static=True)
 
     def __init__(self, periods, shape: tuple[int, ...], order: int, resolved: tuple[int, ...] | None = None,
-                 region: Callable | None = None, carried: bool = False):
+                 region: Callable | None = None, carried: bool = False, substepped: bool = False):
         dim = len(shape)
-        self.region, self.carried = region, carried
+        self.region, self.carried, self.substepped = region, carried, substepped
         self.alphas = tuple(a for a in itertools.product(range(order + 1), repeat=dim) if sum(a) <= order)
         self.shape = tuple(shape)
         self.symbols = self._symbols(periods, shape, nyquist_odd=True)
@@ -117,6 +120,18 @@ class Transport(eqx.Module):
         scale = np.max(np.abs(a[derivative]), axis=1) @ np.abs(symbols)
         return bool(np.all(variable <= np.maximum(damping, 0.0) + 1e-10 * scale))
 
+    def transports(self, a: np.ndarray) -> bool:
+        """Whether only L′'s first- and zeroth-order coefficients vary over the grid (``a`` on
+        the host; 10⁻¹⁰ of each coefficient's size allowed): a velocity c(x), a reaction
+        c(x), under constant diffusion or none. Then the rest R = L′ − Λ has rates of size
+        |c − ⟨c⟩||k|, and :meth:`lawson` carries it in a few substeps of an explicit step
+        stable on them; a variable diffusivity's rest (rates |a − ⟨a⟩||k|²) would need
+        substeps as small as the explicit stable step itself."""
+        a = np.asarray(a, np.float64)
+        high = np.array([sum(alpha) >= 2 for alpha in self.alphas])
+        spread = np.max(np.abs(a[high] - a[high].mean(axis=1, keepdims=True)), axis=1, initial=0.0)
+        return bool(np.all(spread <= 1e-10 * np.max(np.abs(a[high]), axis=1, initial=0.0)))
+
     def coefficients(self, equation: Equation, u_fn: Callable, points, t) -> Float[Array, "alphas n"]:
         """a_α(x) of L′[û] at the points: the derivative of L[û + Σ e_α φ_α] in e, with
         φ_α(p) = Π_i (p_i − p̄_i)^{α_i}/α_i! (p̄ = p held fixed): every derivative of φ_α at
@@ -156,12 +171,46 @@ class Transport(eqx.Module):
         lam, rest = self.symbol(np.asarray(a, np.float64))
         e_hat = self._fft(e)
         z = h * lam
+        if self.substepped:
+            source = self._fft(defect) if self.carried else phi1(z) * self._fft(defect)
+            new = self.lawson(e_hat, lam, rest, h) + source
+            return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
         varying = h * self._fft(self._apply_hat(rest, e_hat))
         if self.carried:
             new = np.exp(z) * e_hat + phi1(z) * varying + self._fft(defect)
         else:
             new = np.exp(z) * e_hat + phi1(z) * (varying + self._fft(defect))
         return np.fft.ifftn(np.reshape(new, self.shape)).real.ravel()
+
+    #: Lawson's RK4 on the imaginary axis: |R(iy)| ≤ 1 for |y| ≤ 2√2; its substeps keep
+    #: τ·max|R| at :attr:`SUBSTEP` below that (a margin for R's rates off the axis).
+    SUBSTEP: ClassVar[float] = 2.0
+
+    def lawson(self, e_hat: np.ndarray, lam: np.ndarray, rest: np.ndarray, h: float) -> np.ndarray:
+        """ê at the end of a step of size h of ∂ₜe = Λe + Re (the linearised flow without
+        its source) by Lawson's integrating-factor RK4 (RK4 on e^{−tΛ}e, exact where R = 0),
+        in s substeps of size τ = h/s with τ·ρ_R ≤ :attr:`SUBSTEP`, ρ_R = max_k Σ_α
+        max_x |a_α − ⟨a_α⟩| |(ik)^α| (a bound on R's rates on the grid's waves). With E(τ) =
+        e^{τΛ}, each substep:
+
+            k₁ = Rv,  k₂ = R E(τ/2)(v + τk₁/2),  k₃ = R (E(τ/2)v + τk₂/2),  k₄ = R (E(τ)v + τE(τ/2)k₃),
+            v ← E(τ)v + τ/6 (E(τ)k₁ + 2E(τ/2)(k₂ + k₃) + k₄)."""
+        rho = float(np.max(np.max(np.abs(rest), axis=1) @ np.abs(self.symbols)))
+        substeps = max(1, math.ceil(h * rho / self.SUBSTEP))
+        tau = h / substeps
+        half, whole = np.exp(tau * lam / 2), np.exp(tau * lam)
+
+        def r(v_hat):
+            return self._fft(self._apply_hat(rest, v_hat))
+
+        v = e_hat
+        for _ in range(substeps):
+            k1 = r(v)
+            k2 = r(half * (v + tau / 2 * k1))
+            k3 = r(half * v + tau / 2 * k2)
+            k4 = r(whole * v + tau * half * k3)
+            v = whole * v + tau / 6 * (whole * k1 + 2 * half * (k2 + k3) + k4)
+        return v
 
     def flow_defect(self, u: tuple[Array, Array], remainder: tuple[Array, Array], a: tuple[Array, Array], h,
                     curvature: Array | None = None) -> Float[Array, " n"]:
