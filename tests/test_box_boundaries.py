@@ -172,8 +172,10 @@ def test_the_steps_that_need_a_periodic_grid_refuse_a_box_in_one_line():
     assert "periodic" in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize(("name", "grid", "bound"), [
-    ("heat_box_dirichlet", 24, 1e-5), ("heat_box_moving", 24, 1e-5), ("heat_box_neumann", 32, 1e-4)])
+@pytest.mark.parametrize(("name", "grid", "bound"), [  # 25–45 s each: slow (the default suite's 15 minutes)
+    pytest.param("heat_box_dirichlet", 24, 1e-5, marks=pytest.mark.slow),
+    pytest.param("heat_box_moving", 24, 1e-5, marks=pytest.mark.slow),
+    pytest.param("heat_box_neumann", 32, 1e-4, marks=pytest.mark.slow)])
 def test_teng_follows_heat_on_the_square_with_its_sides(name, grid, bound, cache_dir):
     """TENG-RK4 on a small square (a cheap θ₀, 5 steps of 0.005, 256/192 parameters drawn): the
     error against the exact reference stays below ``bound`` and the side condition's residual

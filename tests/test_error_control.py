@@ -28,7 +28,7 @@ from teng_eq.equations import operator
 from teng_eq.errors import ConfigError, Diverged
 from teng_eq.estimate.defect import Defect
 from teng_eq.estimate.running import ErrorEstimate
-from teng_eq.estimate.transport import Transport
+from teng_eq.estimate.transport import Transport, oscillatory
 from teng_eq.methods.base import StepInputs
 from teng_eq.reference import Pseudospectral
 from teng_eq.run.checkpoint import CheckpointStore
@@ -654,6 +654,31 @@ def test_a_scalar_dispersive_spectrums_stable_step_is_the_regions_extent(tableau
     h = cap(0, -2.0, 0.01, 0)
     assert h < 0.9 * tableau.stability_limit / (0.01 * k_max**2)  # tighter than the real axis alone
     assert np.max(np.abs(tableau.stability_polynomial(h * rates))) <= 1 + 1e-9
+
+
+def test_the_first_try_takes_the_whole_cap_only_on_rates_off_the_real_axis():
+    """``dt_initial: auto`` caps the first try at a quarter of the stable step where that is a
+    real decay's (θ₀'s residual between the nodes is no part of the error model), at all of it
+    where the region's radius of oscillatory rates sets it: KdV's dispersion −∂ₓ³ and an
+    advection −c∂ₓ are oscillatory, diffusion is not; a number ``dt_initial`` is capped at
+    the whole step either way."""
+    transport = Transport((50.0,), (256,), 3, resolved=(256,), region=RK4.equivalent_radius)
+
+    def spectrum(*a):
+        a = np.repeat(np.array(a, float)[:, None], 256, axis=1)
+        return transport.radius(a), oscillatory(transport, a)
+
+    assert spectrum(0, 0, 0, -1)[1] and spectrum(0, -2.0, 0, 0)[1]
+    assert not spectrum(0, 0, 0.3, 0)[1] and not spectrum(-1.0, 0, 0.3, 0)[1]
+    for dt_initial, shares in (("auto", {True: 1.0, False: Adaptive.FIRST_OF_CAP}),
+                               (1.0, {True: 1.0, False: 1.0})):
+        controller = dataclasses.replace(make_config("dt=auto").controller, dt_initial=dt_initial)
+        schedule = Adaptive(controller, [1.0], RK4.error_order, RK4.error_constant, RK4.stability_limit)
+        for rates in ((0, 0, 0, -1), (0, 0, 0.3, 0)):
+            rho, wavy = spectrum(*rates)
+            cap = schedule.stable_step(rho)
+            first = schedule.first(1.0, 1e-12, cap, wavy).dt  # the tolerance's step dt_max: the cap binds
+            assert first == pytest.approx(shares[wavy] * cap, rel=1e-12)
 
 
 def test_dt_initial_auto_sizes_the_first_try_at_the_tolerance(cache_dir):

@@ -64,6 +64,7 @@ def test_the_references_sample_u0_from_the_origin():
     assert np.max(np.abs(shifted - np.roll(base, m // 2))) < 1e-12 * np.max(np.abs(base))
 
 
+@pytest.mark.slow  # ~25–35 s (the default suite's 15 minutes)
 def test_teng_on_a_line_from_an_origin_has_the_errors_of_the_line_from_zero(cache_dir):
     """TENG-Heun on u_t = 0.1 u_xx on [−π, π) and on [0, 2π), one u₀: both within θ₀'s and
     Heun's error of the exact solution, and within a factor 2 of each other at every step."""

@@ -148,6 +148,7 @@ def test_a_velocity_that_varies_in_x_is_carried_by_substeps(warm_cache):
     _global_bracketed(r)
 
 
+@pytest.mark.slow  # ~25–35 s (the default suite's 15 minutes)
 def test_a_phase_space_density_moved_by_the_pendulum(warm_cache):
     """∂ₜf = −v∂ₓf + sin(x)∂ᵥf on [−π, π)² (examples/pendulum_vlasov.py, exact along the
     orbits): velocities that depend on the point in both axes, and a coefficient −v that
@@ -215,6 +216,7 @@ def test_the_frozen_coefficient_rule_on_variable_coefficients():
     assert not tr.transports(coefficients(a20=0.1 * a, a02=0.1 * a, a10=0.1 * 2 * np.cos(x1) * a))
 
 
+@pytest.mark.slow  # ~25–35 s (the default suite's 15 minutes)
 def test_a_forced_equation_with_a_variable_coefficient_against_its_manufactured_solution(warm_cache):
     cfg = example("forced_diffusion", "t_final=0.1", "dt=0.01")
     assert not cfg.equation.autonomous
@@ -247,6 +249,7 @@ def test_an_implicit_steps_estimate_follows_a_stiff_equations_error(warm_cache):
     _global_bracketed(r)
 
 
+@pytest.mark.slow  # ~25–35 s (the default suite's 15 minutes)
 def test_an_implicit_steps_estimate_follows_a_forced_stiff_equations_error(warm_cache):
     """SDIRK2 on ∂ₜu = −κ∂ₓ⁴u + f(x, t) on a line (examples/forced_hyperdiffusion.py, κ = 0.01,
     32 nodes, Δt = 0.02): the flow defect's rest N is the forcing, taken quadratic in time
@@ -345,6 +348,7 @@ def test_heun_cannot_follow_a_dispersive_equation_under_dt_auto(warm_cache):
         run_simulation(cfg, cache_dir=warm_cache)
 
 
+@pytest.mark.slow  # ~80 s: Kuramoto–Sivashinsky's θ₀ and 0.1 of its time (the default suite's 15 minutes)
 def test_a_fourth_order_equation_without_a_reference_runs_on_its_estimate(warm_cache):
     """Kuramoto–Sivashinsky with dt=auto: no rel_l2 anywhere, the estimate at every step,
     its fastest rate (max Re Λ(k) of the transport, the mean coefficients of L′[û]) below

@@ -190,6 +190,7 @@ def test_an_initial_condition_reads_the_equations_fields(user_folder):
     assert content_description(_kpz(1.0)) != content_description(_kpz(2.0))
 
 
+@pytest.mark.slow  # ~25–35 s (the default suite's 15 minutes)
 def test_a_kpz_run_follows_its_cole_hopf_solution(user_folder, cache_dir):
     """Four steps of TENG-Heun from the u₀ that reads ν and λ, against the exact solution:
     the error stays at θ₀'s (a short fit on a 16² grid: 1.3e-3, growing 14 % over the four

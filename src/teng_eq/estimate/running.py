@@ -14,7 +14,7 @@ from jaxtyping import PyTree
 
 from teng_eq.estimate.box import BoxTransport
 from teng_eq.estimate.defect import Defect, Fields
-from teng_eq.estimate.transport import Transport
+from teng_eq.estimate.transport import Transport, oscillatory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +112,13 @@ class CompiledEstimate:
         if self.transport is None or estimate.fields is None:
             return None
         return self.transport.radius(estimate.fields.coefficients)
+
+    def oscillatory(self, estimate: ErrorEstimate) -> bool:
+        """Whether :meth:`radius` is that of rates off the real axis
+        (:func:`~teng_eq.estimate.transport.oscillatory`); False without the transport."""
+        if self.transport is None or estimate.fields is None:
+            return False
+        return oscillatory(self.transport, estimate.fields.coefficients)
 
     def derivative(self, estimate: ErrorEstimate, q: int) -> float | None:
         """‖∂ₜ^q u‖ at t = 0 on the points, as (L′[û₀])^{q−1} L[û₀] (:meth:`Transport.apply`;

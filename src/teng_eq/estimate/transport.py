@@ -249,6 +249,14 @@ class Transport(eqx.Module):
         return jnp.fft.ifftn(jnp.reshape(d_hat, self.shape)).real.ravel()
 
 
+def oscillatory(transport, a) -> bool:
+    """Whether ``transport``'s stable-step radius at the coefficients ``a`` (``radius(a)``) is
+    that of rates off the real axis (waves, dispersion, advection): above the fastest real
+    decay max(0, max −Re λ) by more than the region's tabulation, :attr:`Transport.RESOLUTION`."""
+    decay = max(0.0, float(np.max(-np.asarray(transport.rates(a)).real)))
+    return transport.radius(a) > decay * (1 + Transport.RESOLUTION)
+
+
 def phi1(z: np.ndarray) -> np.ndarray:
     """φ₁(z) = (e^z − 1)/z, 1 + z/2 near 0 (complex or real z, on the host)."""
     return np.where(np.abs(z) < 1e-12, 1.0 + z / 2, np.expm1(z) / np.where(z == 0, 1.0, z))

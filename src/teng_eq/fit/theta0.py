@@ -65,6 +65,7 @@ from teng_eq.fit.iterate import levenberg_marquardt, refine
 from teng_eq.fit.lstsq import SOLVERS
 from teng_eq.fit.mesh import PointMesh
 from teng_eq.fit.stage import Factors, StageSolver
+from teng_eq.network.multistage import MultiStageNet, scaled_output
 from teng_eq.network.paper import TENGNet
 from teng_eq.network.space import ParamSpace
 
@@ -140,6 +141,8 @@ class FitReport:
     cached: bool = False
     stalled: bool = False
     advice: str = ""
+    #: A multi-stage network's relative loss after each stage (:func:`stage_by_stage`); empty for one network.
+    stage_rel_losses: tuple[float, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -352,6 +355,51 @@ def initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Q
     return theta, report
 
 
+def stage_by_stage(net: MultiStageNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
+        fit: FitOptions, later: Quadrature | None = None, log: Callable[[object], None] | None = None,
+        mesh: PointMesh | None = None, move: Callable | None = None
+) -> tuple[Float[Array, " params"], FitReport]:
+    """θ₀ of a multi-stage network (:mod:`teng_eq.network.multistage`): stage 1 by
+    :func:`initial_parameters` on ``quadrature`` as one network (``key``: the same fit as that
+    network's alone), stage s > 1 on ``later`` (default: ``quadrature``) to the residual r_s of
+    the stages before it over ε_s = ‖r_s‖/‖u₀‖ (that quadrature's norms), from the key folded
+    with s, then scaled by ε_s. Each stage's ``stage2_tol`` is ``fit.stage2_tol / ε_s²``: the
+    stage stops where the whole sum reaches the tolerance. The report's relative losses are the
+    sum's on each stage's points (``stage_rel_losses``: after each stage), its times every stage's."""
+    later = quadrature if later is None else later
+
+    def norm(fn, q: Quadrature) -> float:
+        v = jax.vmap(fn)(q.points)
+        return float(jnp.sqrt(jnp.sum(jnp.broadcast_to(jnp.asarray(q.weights, v.dtype), v.shape) * v * v)))
+
+    done, reports, relative = [], [], []
+    for s, stage in enumerate(net.stages):
+        before, points = tuple(done), quadrature if s == 0 else later
+
+        def residual(x, before=before):
+            return u0(x) - sum(n(x) for n in before)
+
+        scale = 1.0 if s == 0 else norm(residual, points) / norm(u0, points)
+        target = residual if s == 0 else (lambda x, r=residual, e=scale: r(x) / e)
+        stage_fit = dataclasses.replace(fit, stage2_tol=fit.stage2_tol / scale**2)
+        if log is not None and s > 0:
+            log(f"θ₀ stage {s + 1} of {len(net.stages)}: the residual, {scale:.3g} of u₀")
+        theta, report = initial_parameters(stage, target, points, key=key if s == 0 else
+                                           jax.random.fold_in(key, s), fit=stage_fit, log=log, mesh=mesh,
+                                           move=move)
+        done.append(scaled_output(ParamSpace(stage).network(theta), scale))
+        reports.append(report)
+        relative.append(report.stage2_rel_loss * scale**2)
+    whole = MultiStageNet(tuple(done))
+    last = reports[-1]
+    report = FitReport(stage1_loss=reports[0].stage1_loss, stage2_loss=relative[-1] * norm(u0, later) ** 2,
+                       stage2_rel_loss=relative[-1], converged=bool(relative[-1] <= fit.stage2_tol),
+                       stage1_s=sum(r.stage1_s for r in reports), stage2_s=sum(r.stage2_s for r in reports),
+                       stage2_damping=last.stage2_damping, stalled=last.stalled,
+                       stage_rel_losses=tuple(relative))
+    return ParamSpace(net).flatten(whole), report
+
+
 #: How far above ``fit.stage2_tol`` (a factor of the relative loss) a stalled θ₀ fit may end
 #: and still be cached (:func:`verdict`): its relative error then at most √1000 ≈ 32 times the
 #: tolerance's (at the default 5e-14: 7e-6 instead of 2.2e-7), and said in a warning.
@@ -401,9 +449,10 @@ def u0_digest(u0: Callable[[Array], Array], quadrature: Quadrature) -> str:
 
 def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadrature: Quadrature, *, key,
         fit: FitOptions, description: dict, directory=None, log: Callable[[object], None] | None = None,
-        move: Callable | None = None, mesh: PointMesh | None = None
+        move: Callable | None = None, mesh: PointMesh | None = None, later: Quadrature | None = None
 ) -> tuple[Float[Array, " params"], FitReport]:
-    """:func:`initial_parameters` (``mesh``: on the points split over its devices), cached
+    """:func:`initial_parameters` (``mesh``: on the points split over its devices; a multi-stage
+    network's :func:`stage_by_stage`, its later stages on ``later``), cached
     under ``directory`` by what the fit reads: ``description`` (the domain, the network's
     config, grid, seed, fit settings, fresh points, devices), the network ``net`` as the fit
     starts it (its class, every field and its initial parameters: the architecture, dims,
@@ -431,7 +480,11 @@ def cached_initial_parameters(net: TENGNet, u0: Callable[[Array], Array], quadra
         return jnp.asarray(cached["theta"]), report
     # the mesh only where there is one: a one-device fit is called exactly as before it existed
     split = {} if mesh is None else {"mesh": mesh}
-    theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log, move=move, **split)
+    if isinstance(net, MultiStageNet):
+        theta, report = stage_by_stage(net, u0, quadrature, key=key, fit=fit, later=later, log=log, move=move,
+                                       **split)
+    else:
+        theta, report = initial_parameters(net, u0, quadrature, key=key, fit=fit, log=log, move=move, **split)
     keep, advice = verdict(report, fit)
     if advice:
         report = dataclasses.replace(report, advice=advice)

@@ -32,6 +32,7 @@ from teng_eq.cache.files import cache_dir, probe_folder
 from teng_eq.config.options import BOOKKEEPING, at_least, options_from
 from teng_eq.errors import ConfigError, bad
 from teng_eq.estimate.defect import transport_for
+from teng_eq.estimate.transport import oscillatory
 from teng_eq.jobs.resources import check_memory
 from teng_eq.run.config import SHORTHANDS, RunConfig
 from teng_eq.run.schedule import Adaptive, below_dt_min
@@ -118,8 +119,7 @@ def initial_spectrum(run: RunConfig) -> tuple[float, bool] | None:
             _RADII[key] = None
         else:
             a = np.asarray(transport.coefficients(eq, lambda p: eq.u0(p.T), jnp.asarray(points.points), 0.0))
-            rho = transport.radius(a)
-            _RADII[key] = rho, rho > max(0.0, float(np.max(-transport.rates(a).real)))
+            _RADII[key] = transport.radius(a), oscillatory(transport, a)
     return _RADII[key]
 
 

@@ -261,6 +261,9 @@ class ThetaMethod(Method):
                   "θ₀'s fit (value)": (rows, min(options.fit.stage2_subsample, n)),
                   **{what: (rows, min(cols, n))
                      for what, cols in cls.step_jacobians(options, problem).items()}}
+        if (refine := getattr(options.network, "refine", None)) is not None:  # a multi-stage network's
+            finer = eq.point_count(refine * options.fit.grid_for(options.grid)) * (eq.dim + 1)
+            shapes["θ₀'s later stages (value+gradient)"] = (finer, min(options.fit.stage1_subsample, n))
         what, (r, c) = max(shapes.items(), key=lambda item: item[1][0] * item[1][1])
         return {"method.grid": (8 * r * c, f"{what}: a {r:,} × {c:,} Jacobian")}
 
@@ -286,7 +289,7 @@ class ThetaMethod(Method):
         # grids share one θ₀ fitted on the same fit grid.
         network = {**dataclasses.asdict(options.network), "init": net.init}
         if not eq.components:  # a scalar's network is the same whatever a system's would be
-            network.pop("components")
+            network.pop("components", None)  # (a multi-stage network has it in its stage block)
         description = dict(**eq.fit_description(), network=network,
                            grid=fit_grid, seed=problem.seed,
                            fit=dataclasses.asdict(dataclasses.replace(options.fit, grid=fit_grid)))
@@ -297,10 +300,14 @@ class ThetaMethod(Method):
             move = eq.domain.move
         if mesh is not None:  # sums over points in another order: last bits of their own
             description["devices"] = mesh.size
+        later = {}  # a multi-stage network's later stages, on their own finer grid
+        if (refine := getattr(options.network, "refine", None)) is not None:
+            later = {"later": eq.quadrature(refine * fit_grid)}
         _, key = jax.random.split(jax.random.PRNGKey(problem.seed))
         theta0, report = cached_initial_parameters(net, eq.u0, eq.quadrature(fit_grid), key=key,
                                                    fit=options.fit, description=description,
-                                                   directory=cache_dir, log=log, move=move, mesh=mesh)
+                                                   directory=cache_dir, log=log, move=move, mesh=mesh,
+                                                   **later)
         space = ParamSpace(net)
         return cls(n_steps=problem.n_steps, space=space, theta0=theta0, report=report,
                    **cls.parts(options, problem, space, eq.quadrature(options.grid)))

@@ -1,8 +1,9 @@
 """The networks a run chooses from (``network=`` in conf/, its group's ``kind``): the paper's
 (:mod:`.paper`, the default: its group has no ``kind`` key, so that its config, config_hash and
-θ₀ keys stay those of the runs before the choice existed) and the separable one
-(:mod:`.separable`). A kind is one module (its options dataclass with a ``KIND`` and a
-``build``), one yaml in conf/network/ and a place in :data:`NetworkOptions`. Every kind offers
+θ₀ keys stay those of the runs before the choice existed), the separable one
+(:mod:`.separable`) and the multi-stage sum of either (:mod:`.multistage`). A kind is one
+module (its options dataclass with a ``KIND`` and a ``build``), one yaml in conf/network/ and
+a place in :data:`NetworkOptions`. Every kind offers
 what the fits and steps use: values, ``vector``, ``outputs``, ``init`` and the factored
 Jacobian (``jacobian_factors_t``, ``factor_rows``, ``factor_columns``)."""
 
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import equinox as eqx
 
+from teng_eq.network.multistage import MultiStageConfig, MultiStageNet
 from teng_eq.network.paper import ComponentNets, NetworkConfig, TENGNet, count_trainable
 from teng_eq.network.separable import SeparableConfig, SeparableNet
 
 #: A ``network`` group's options, by ``kind`` (the first: where the group names none).
-NetworkOptions = NetworkConfig | SeparableConfig
+NetworkOptions = NetworkConfig | SeparableConfig | MultiStageConfig
 #: Every network a run can evolve.
-Network = TENGNet | ComponentNets | SeparableNet
+Network = TENGNet | ComponentNets | SeparableNet | MultiStageNet
 
 
 def make_network(options: NetworkOptions, dim: int, periods: tuple[float, ...] | None, seed: int,

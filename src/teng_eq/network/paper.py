@@ -86,21 +86,25 @@ class NetworkConfig:
         one_of(f"{prefix}.components", self.components, SYSTEM_NETWORKS)
 
     def build(self, dim: int, periods: tuple[float, ...] | None, seed: int, init: str | None = None,
-              outputs: int = 1) -> TENGNet | ComponentNets:
+              outputs: int = 1, harmonics: int = 1) -> TENGNet | ComponentNets:
         """:func:`build_network` of these options."""
-        return build_network(self, dim, periods, seed, init, outputs)
+        return build_network(self, dim, periods, seed, init, outputs, harmonics)
 
 
 class PeriodicEmbedding(eqx.Module):
-    """``e_{d,j}(x) = a_{d,j} cos(k_d x_d + φ_{d,j}) + c_{d,j}``, ``k_d = 2π/L_d``,
-    initialised as ``init`` says (module docstring)."""
+    """``e_{d,j}(x) = a_{d,j} cos(m_j k_d x_d + φ_{d,j}) + c_{d,j}``, ``k_d = 2π/L_d``,
+    initialised as ``init`` says (module docstring). The harmonics m_j are 1 (the paper's)
+    unless ``harmonics`` M > 1 spreads them over 1, …, M across the features (a later stage of
+    a multi-stage network, :mod:`teng_eq.network.multistage`, whose target oscillates faster)."""
 
     a: Float[Array, "dim features"]
     phi: Float[Array, "dim features"]
     c: Float[Array, "dim features"]
     wavenumbers: tuple[float, ...] = eqx.field(static=True)
+    harmonics: tuple[int, ...] | None = eqx.field(static=True, default=None)  # m_j; None: all 1
 
-    def __init__(self, dim: int, features: int, lengths, *, key: PRNGKeyArray, init: str = "odd"):
+    def __init__(self, dim: int, features: int, lengths, *, key: PRNGKeyArray, init: str = "odd",
+                 harmonics: int = 1):
         ka, kp = jax.random.split(key)
         shape = (dim, features)
         if init == "legacy":
@@ -114,8 +118,16 @@ class PeriodicEmbedding(eqx.Module):
         else:
             self.c = jnp.zeros(shape)
         self.wavenumbers = tuple(2 * math.pi / float(length) for length in lengths)
+        self.harmonics = None if harmonics == 1 else tuple(
+            int(m) for m in np.round(np.linspace(1, harmonics, features)))
+
+    def scaled_wavenumbers(self) -> Float[Array, "dim features"]:
+        """m_j k_d, per axis and feature."""
+        return jnp.asarray(self.wavenumbers)[:, None] * jnp.asarray(self.harmonics, jnp.float64)[None, :]
 
     def angles(self, x: Float[Array, " dim"]) -> Float[Array, "dim features"]:
+        if self.harmonics is not None:
+            return self.scaled_wavenumbers() * x[:, None] + self.phi
         return jnp.asarray(self.wavenumbers)[:, None] * x[:, None] + self.phi
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, " dim*features"]:
@@ -149,14 +161,15 @@ class TENGNet(eqx.Module):
 
     def __init__(self, dim: int = 2, features: int = 20, width: int = 40, depth: int = 7, lengths=None,
             embedding_activation: str = "tanh", init: str = "odd", *, periodic: bool = True, outputs: int = 1,
-            key: PRNGKeyArray):
+            harmonics: int = 1, key: PRNGKeyArray):
         NetworkConfig(features, width, depth, embedding_activation, init, "shared").validate(resolved=True)
         lengths = (2 * math.pi,) * dim if lengths is None else lengths
         keys = jax.random.split(key, depth)
         self.embedding_activation = embedding_activation
         self.init = init
         self.outputs = outputs
-        self.embedding = (PeriodicEmbedding(dim, features, lengths, key=keys[0], init=init) if periodic
+        self.embedding = (PeriodicEmbedding(dim, features, lengths, key=keys[0], init=init,
+                                            harmonics=harmonics) if periodic
                           else None)
         sizes = [dim * features if periodic else dim] + [width] * (depth - 2)
         hidden = [eqx.nn.Linear(n_in, n_out, key=k)
@@ -282,8 +295,12 @@ class TENGNet(eqx.Module):
         if emb is None:
             # Cartesian input: the first layer sees x itself; no embedding factors.
             return points.T, [jnp.ones((1, n), points.dtype)]
-        kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
-        ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
+        if emb.harmonics is None:  # one angle per axis and point, shared by its features
+            kx = jnp.asarray(emb.wavenumbers)[:, None] * points.T  # (dim, n)
+            ckx, skx = jnp.cos(kx)[:, None, :], jnp.sin(kx)[:, None, :]
+        else:
+            kx = emb.scaled_wavenumbers()[:, :, None] * points.T[:, None, :]  # (dim, features, n)
+            ckx, skx = jnp.cos(kx), jnp.sin(kx)
         cphi, sphi = jnp.cos(emb.phi)[:, :, None], jnp.sin(emb.phi)[:, :, None]
         cos = ckx * cphi - skx * sphi  # (dim, features, n)
         sin = skx * cphi + ckx * sphi
@@ -385,17 +402,17 @@ def stacked_columns(nets) -> tuple[list[np.ndarray], list[np.ndarray], tuple[int
 
 
 def build_network(options: NetworkConfig, dim: int, periods: tuple[float, ...] | None, seed: int,
-                  init: str | None = None, outputs: int = 1) -> TENGNet | ComponentNets:
+                  init: str | None = None, outputs: int = 1, harmonics: int = 1) -> TENGNet | ComponentNets:
     """The untrained network of ``options`` on a ``dim``-dimensional domain (periodic
-    embedding with ``periods``, or Cartesian input where None) with ``outputs``
-    components (a system's as ``options.components`` says), initialised from ``seed`` as
-    ``init`` says (default ``options.init``, which must then be resolved)."""
+    embedding with ``periods`` and ``harmonics``, :class:`PeriodicEmbedding`, or Cartesian input
+    where None) with ``outputs`` components (a system's as ``options.components`` says),
+    initialised from ``seed`` as ``init`` says (default ``options.init``, which must then be resolved)."""
     key, _ = jax.random.split(jax.random.PRNGKey(seed))
 
     def net(key, outputs):
         return TENGNet(dim=dim, features=options.features, width=options.width, depth=options.depth,
                        lengths=periods, periodic=periods is not None, outputs=outputs,
-                       embedding_activation=options.embedding_activation,
+                       embedding_activation=options.embedding_activation, harmonics=harmonics,
                        init=options.init if init is None else init, key=key)
 
     if outputs > 1 and options.components == "separate":

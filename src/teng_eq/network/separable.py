@@ -77,13 +77,14 @@ class SeparableConfig:
         return "paper"
 
     def build(self, dim: int, periods: tuple[float, ...] | None, seed: int, init: str | None = None,
-              outputs: int = 1) -> SeparableNet:
+              outputs: int = 1, harmonics: int = 1) -> SeparableNet:
         """The untrained :class:`SeparableNet` on a ``dim``-dimensional domain (each axis embedded
-        with its period, or its coordinate itself where ``periods`` is None), from ``seed`` as the
-        paper's network draws its key; ``init`` (the paper network's) does not apply."""
+        with its period and ``harmonics``, or its coordinate itself where ``periods`` is None), from
+        ``seed`` as the paper's network draws its key; ``init`` (the paper network's) does not apply."""
         key, _ = jax.random.split(jax.random.PRNGKey(seed))
         return SeparableNet(dim, self.rank, self.features, self.width, self.depth, periods,
-                            periodic=periods is not None, outputs=outputs, init=self.init, key=key)
+                            periodic=periods is not None, outputs=outputs, init=self.init,
+                            harmonics=harmonics, key=key)
 
     def validate(self, prefix: str = "network", resolved: bool = False) -> None:
         if self.kind != self.KIND:
@@ -109,12 +110,14 @@ class SeparableNet(eqx.Module):
     init: str = eqx.field(static=True)
 
     def __init__(self, dim: int, rank: int, features: int, width: int, depth: int, lengths=None, *,
-                 periodic: bool = True, outputs: int = 1, init: str = "paper", key: PRNGKeyArray):
+                 periodic: bool = True, outputs: int = 1, init: str = "paper", harmonics: int = 1,
+                 key: PRNGKeyArray):
         lengths = (2 * math.pi,) * dim if lengths is None else tuple(lengths)
         keys = jax.random.split(key, dim + 1)
         self.factors = tuple(
             TENGNet(dim=1, features=features, width=width, depth=depth, lengths=(lengths[d],),
-                    embedding_activation="tanh", init=init, periodic=periodic, outputs=rank, key=keys[d])
+                    embedding_activation="tanh", init=init, periodic=periodic, outputs=rank,
+                    harmonics=harmonics, key=keys[d])
             for d in range(dim))
         lecun = jax.nn.initializers.lecun_normal(in_axis=-1, out_axis=-2)
         self.weight = lecun(keys[-1], (outputs, rank))

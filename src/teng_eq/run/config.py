@@ -176,4 +176,9 @@ class RunConfig:
         if self.devices != 1 and not self.method.cls.shards:
             raise bad("devices", self.devices, f"method {self.method.name} runs on one device (its own "
                       "solver); devices > 1 splits the points of TENG's least squares (the teng_* methods)")
+        if (getattr(getattr(self.method.options, "network", None), "kind", None) == "multistage"
+                and eq.domain.imposition() is not None):
+            raise bad("network.kind", "multistage", "sums networks fitted to residuals, which Dirichlet "
+                      "data imposed exactly (equation.enforce=exact) would multiply whole: take "
+                      "equation.enforce=rows")
         self.method.cls.check(self.method.options, self.problem, self.method.name)

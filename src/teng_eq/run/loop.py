@@ -231,13 +231,14 @@ def start(loop: Loop, method_state) -> RunState:
     if not loop.sequential:
         return RunState(method_state, 0, 0.0, History())
     fields, seconds = loop.meter.measure(0, 0.0, method_state, loop.keep_states)
-    estimate, derivative = None, None
+    estimate, derivative, oscillatory = None, None, False
     if loop.program.estimate is not None:
         estimate, u_sq = loop.program.estimate.start(method_state)
         fields = fields | {"u_sq": u_sq, "est": estimate.error}
         derivative = loop.program.estimate.derivative(estimate, loop.order)
+        oscillatory = loop.program.estimate.oscillatory(estimate)
     controller = loop.schedule.first(float(np.sqrt(fields.get("u_sq", fields["ref_sq"]))), derivative,
-                                     stable_step(loop, estimate))
+                                     stable_step(loop, estimate), oscillatory)
     return RunState(method_state, 0, 0.0, History([Row(0, 0.0, **fields)]), Clock(eval_s=seconds),
                     controller=controller, estimate=estimate)
 

@@ -25,7 +25,8 @@ class FixedSteps:
     capped = False  # Δt is given: no stable step caps it
     dt_min = 0.0
 
-    def first(self, norm: float, derivative: float | None, cap: float = math.inf) -> None:
+    def first(self, norm: float, derivative: float | None, cap: float = math.inf,
+              oscillatory: bool = False) -> None:
         return None
 
     def resumed(self, info) -> None:
@@ -58,17 +59,23 @@ class Adaptive:
     logs_time = True
     capped = True
 
-    #: The share of the stable step (``cap``) a first try of ``dt_initial: auto`` may take:
-    #: θ₀'s fit residual between the nodes is no part of the error model, and a first step
-    #: at the stable step left Kuramoto–Sivashinsky's to grow until the run failed.
+    #: The share of the stable step (``cap``) a first try of ``dt_initial: auto`` may take where
+    #: the cap is a real decay's: θ₀'s fit residual between the nodes is no part of the error
+    #: model, and a first step at the stable step left Kuramoto–Sivashinsky's to grow until the
+    #: run failed. Where the cap is that of rates off the real axis (KdV's dispersion, a wave),
+    #: the first try may take all of it: KdV's from its first step at the cap keeps the fixed
+    #: Δt's error, and a quarter of it costs a step the fixed Δt does not take.
     FIRST_OF_CAP: ClassVar[float] = 0.25
 
-    def first(self, norm: float, derivative: float | None, cap: float = math.inf) -> ControllerState:
+    def first(self, norm: float, derivative: float | None, cap: float = math.inf,
+              oscillatory: bool = False) -> ControllerState:
         """The controller's state before the first try (:meth:`Controller.first_step`), at
-        most ``cap`` (a number ``dt_initial``) or :attr:`FIRST_OF_CAP` of it (``auto``)."""
+        most ``cap`` (a number ``dt_initial``, or ``oscillatory``: the cap is that of rates off
+        the real axis, :func:`~teng_eq.estimate.transport.oscillatory`) or :attr:`FIRST_OF_CAP`
+        of it (``auto`` on a real decay)."""
         h = self.controller.first_step(norm, derivative, self.constant, self.order, self.stops[-1])
-        return ControllerState(min(h, cap * (self.FIRST_OF_CAP if self.controller.dt_initial == "auto"
-                                             else 1.0)))
+        whole = self.controller.dt_initial != "auto" or oscillatory
+        return ControllerState(min(h, cap * (1.0 if whole else self.FIRST_OF_CAP)))
 
     @property
     def dt_min(self) -> float:
