@@ -261,11 +261,18 @@ class ThetaMethod(Method):
                   "θ₀'s fit (value)": (rows, min(options.fit.stage2_subsample, n)),
                   **{what: (rows, min(cols, n))
                      for what, cols in cls.step_jacobians(options, problem).items()}}
-        if (refine := getattr(options.network, "refine", None)) is not None:  # a multi-stage network's
-            finer = eq.point_count(refine * options.fit.grid_for(options.grid)) * (eq.dim + 1)
-            shapes["θ₀'s later stages (value+gradient)"] = (finer, min(options.fit.stage1_subsample, n))
+        if (later := cls.later_fit_grid(options)) is not None:
+            shapes["θ₀'s later stages (value+gradient)"] = (eq.point_count(later) * (eq.dim + 1),
+                                                           min(options.fit.stage1_subsample, n))
         what, (r, c) = max(shapes.items(), key=lambda item: item[1][0] * item[1][1])
         return {"method.grid": (8 * r * c, f"{what}: a {r:,} × {c:,} Jacobian")}
+
+    @classmethod
+    def later_fit_grid(cls, options: ThetaOptions) -> int | None:
+        """The fit grid of a multi-stage network's later stages (``network.refine`` times θ₀'s,
+        :mod:`teng_eq.network.multistage`); None for a network of one stage."""
+        refine = getattr(options.network, "refine", None)
+        return None if refine is None else refine * options.fit.grid_for(options.grid)
 
     @classmethod
     def network_template(cls, options: ThetaOptions, problem: Problem) -> Network:
@@ -300,9 +307,7 @@ class ThetaMethod(Method):
             move = eq.domain.move
         if mesh is not None:  # sums over points in another order: last bits of their own
             description["devices"] = mesh.size
-        later = {}  # a multi-stage network's later stages, on their own finer grid
-        if (refine := getattr(options.network, "refine", None)) is not None:
-            later = {"later": eq.quadrature(refine * fit_grid)}
+        later = {} if (grid := cls.later_fit_grid(options)) is None else {"later": eq.quadrature(grid)}
         _, key = jax.random.split(jax.random.PRNGKey(problem.seed))
         theta0, report = cached_initial_parameters(net, eq.u0, eq.quadrature(fit_grid), key=key,
                                                    fit=options.fit, description=description,

@@ -121,14 +121,13 @@ class PeriodicEmbedding(eqx.Module):
         self.harmonics = None if harmonics == 1 else tuple(
             int(m) for m in np.round(np.linspace(1, harmonics, features)))
 
-    def scaled_wavenumbers(self) -> Float[Array, "dim features"]:
-        """m_j k_d, per axis and feature."""
-        return jnp.asarray(self.wavenumbers)[:, None] * jnp.asarray(self.harmonics, jnp.float64)[None, :]
+    def scaled_wavenumbers(self) -> Float[Array, "dim features"] | Float[Array, "dim 1"]:
+        """m_j k_d per axis and feature; k_d per axis, (dim, 1), where every m_j is 1."""
+        k = jnp.asarray(self.wavenumbers)[:, None]
+        return k if self.harmonics is None else k * jnp.asarray(self.harmonics, jnp.float64)[None, :]
 
     def angles(self, x: Float[Array, " dim"]) -> Float[Array, "dim features"]:
-        if self.harmonics is not None:
-            return self.scaled_wavenumbers() * x[:, None] + self.phi
-        return jnp.asarray(self.wavenumbers)[:, None] * x[:, None] + self.phi
+        return self.scaled_wavenumbers() * x[:, None] + self.phi
 
     def __call__(self, x: Float[Array, " dim"]) -> Float[Array, " dim*features"]:
         return (self.a * jnp.cos(self.angles(x)) + self.c).reshape(-1)
