@@ -63,6 +63,7 @@ def test_the_exact_solutions_solve_their_equations(name):
     np.testing.assert_allclose(eq.solution(x.T, 0.0), np.asarray(eq.u0(x.T)), rtol=1e-14)
 
 
+@pytest.mark.slow  # ~35 s (the default suite's 15 minutes)
 def test_moved_points_are_fresh_each_step_and_stay_in_the_cube(cache_dir):
     """Under ``fresh`` a step moves its fit and held-out points by random shifts modulo
     2π: other points each step, every one inside the cube, the set's spacing kept."""

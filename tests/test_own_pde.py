@@ -126,6 +126,7 @@ def test_the_measured_growth_rate_is_below_the_declared_bound(warm_cache, name, 
 # --- The examples -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # ~35 s (the default suite's 15 minutes)
 def test_advection_diffusion_against_its_exact_solution(warm_cache):
     r = run_simulation(example("advection_diffusion", "t_final=0.1", "dt=0.01"), cache_dir=warm_cache)
     _bracketed(r)

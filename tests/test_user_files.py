@@ -210,6 +210,7 @@ class Theta0Seen(Callback):
         self.theta0 = np.asarray(state.method.theta)  # the default warm start's state: (θ, rate)
 
 
+@pytest.mark.slow  # ~35 s (the default suite's 15 minutes)
 def test_a_user_systems_theta0_that_stalls_near_its_tolerance_is_fitted_once(tmp_path, monkeypatch):
     """The same command twice: the first run fits θ₀, which stops improving a little above
     fit.stage2_tol, warns naming the setting and caches it; the second starts from the
