@@ -20,7 +20,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from benchmarks import timing
+from benchmarks import authors, timing
 from teng_eq.jobs.job import device_description
 from teng_eq.jobs.preflight import key_namer
 from teng_eq.methods.teng import TENG
@@ -107,6 +107,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "dimensions")
     ap.add_argument("--systems", action="store_true",
                     help="also time a step of the wave system (2 components) against heat's on the same grid")
+    ap.add_argument("--vs-authors", metavar="CHECKOUT", type=Path, default=None,
+                    help="only: the authors' code (a checkout of github.com/pde-sim/teng) against ours, "
+                         "each to its horizon (benchmarks/authors.py)")
+    ap.add_argument("--authors-python", type=Path, default=None,
+                    help="the Python that runs the authors' code (default: CHECKOUT/.venv/bin/python)")
+    ap.add_argument("--cases", nargs="+", choices=list(authors.CASES), default=list(authors.CASES),
+                    help="--vs-authors: the comparisons to run")
     ap.add_argument("--mlflow", action="store_true", help="log the tables as an MLflow run")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("overrides", nargs="*", help="conf/ overrides, e.g. stopping=fixed (after --)")
@@ -311,6 +318,11 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     info = machine()
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+    if args.vs_authors is not None:
+        folder = args.vs_authors.resolve()
+        authors.compare(args.cases, folder, args.authors_python or authors.default_python(folder),
+                        args.overrides, args.cache_dir)
+        return 0
     cfg = compose_config(args.overrides)
     method = build_method(cfg, cache_dir=args.cache_dir, log=lambda m: print(m, flush=True))
     theta, key = method.theta0, jax.random.PRNGKey(0)

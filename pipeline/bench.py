@@ -6,6 +6,7 @@
     python pipeline/bench.py --mlflow        # also log the tables as an MLflow run
     python pipeline/bench.py --skip-table --cube-dims 4 6 8 10   # also a step on the d-cube, per d
     python pipeline/bench.py -- stopping=fixed damping=1e-6   # conf/ overrides
+    python pipeline/bench.py --vs-authors ../teng --cases heat   # the authors' code, then ours, to t = 0.2
 
 The configuration is conf/config.yaml composed by Hydra (with the overrides
 given after ``--``), exactly as pipeline/sweep.py composes it. Every time is a
